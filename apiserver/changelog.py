@@ -1,0 +1,154 @@
+"""The frontend's view of the change log: a tailing consumer that keeps the
+newest events in memory (a watch cache).
+
+It serves three purposes:
+- consistent reads: ``sync()`` waits until every change committed before the
+  call is in the cache, whose events are overlaid on ClickHouse's state;
+- read-your-writes: ``wait_for(rv)`` after a write;
+- watches (streaming events to clients).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from apiserver.errors import Unavailable
+from pipeline import kafka
+from pipeline.messages import Change
+from pipeline.objects import identity
+from pipeline.settings import Settings
+from pipeline.store import ReportStore
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Event:
+    key: Key
+    change: Change
+
+
+class ChangeLog:
+    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str):
+        self._settings = settings
+        self._store = store
+        self._bootstrap = bootstrap
+        self._tp = TopicPartition(settings.changes_topic, 0)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._events: deque[Event] = deque()
+        self._latest: dict[Key, Event] = {}
+        self._position = 0  # next offset to read
+        self._rv = 0  # highest resourceVersion seen
+        self._floor = 0  # every change at or below this is in ClickHouse
+        self._watermark = 0  # last known ClickHouse watermark
+        self._advanced = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    async def start(self) -> None:
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap,
+                                          enable_auto_commit=False,
+                                          fetch_max_wait_ms=self._settings.fetch_max_wait_ms)
+        await self._consumer.start()
+        self._consumer.assign([self._tp])
+        progress = await self._store.progress(self._settings.changes_topic)
+        self._watermark = await self._store.watermark()
+        self._rv = self._watermark
+        start = await kafka.start_offset(self._consumer, self._tp, progress)
+        if progress is not None and start == progress.offset + 1:
+            self._floor = progress.resource_version
+        self._consumer.seek(self._tp, start)
+        self._position = start
+        self._task = asyncio.create_task(self._run(), name="changelog-tail")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
+        while True:
+            try:
+                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
+            except KafkaError:
+                log.exception("reading the change log failed; retrying")
+                await asyncio.sleep(1)
+                continue
+            records = batch.get(self._tp, [])
+            if not records:
+                continue
+            for record in records:
+                change = kafka.change_from_record(record)
+                self._position = record.offset + 1
+                if change is None or change.resource_version <= self._floor:
+                    continue
+                self._append(Event(identity(change.obj), change))
+            async with self._advanced:
+                self._advanced.notify_all()
+
+    def _append(self, event: Event) -> None:
+        self._events.append(event)
+        self._latest[event.key] = event
+        self._rv = max(self._rv, event.change.resource_version)
+        while len(self._events) > self._settings.watch_cache_size:
+            old = self._events.popleft()
+            self._floor = old.change.resource_version
+            if self._latest.get(old.key) is old:
+                del self._latest[old.key]
+
+    async def wait_for(self, rv: int, timeout: float | None = None) -> None:
+        """Wait until the change with resourceVersion ``rv`` has been read."""
+        timeout = self._settings.write_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._advanced:
+                    await self._advanced.wait_for(lambda: self._rv >= rv)
+        except TimeoutError as err:
+            raise Unavailable("the change log is behind; retry", retry_after=1) from err
+
+    async def sync(self) -> None:
+        """Wait until every change committed before this call has been read, and
+        ClickHouse holds everything older than the cache."""
+        assert self._consumer is not None
+        try:
+            end = (await self._consumer.end_offsets([self._tp]))[self._tp]
+        except KafkaError as err:
+            raise Unavailable("Kafka is unavailable", retry_after=1) from err
+        try:
+            async with asyncio.timeout(self._settings.write_timeout):
+                async with self._advanced:
+                    await self._advanced.wait_for(lambda: self._position >= end)
+                while self._watermark < self._floor:
+                    self._watermark = await self._store.watermark()
+                    if self._watermark < self._floor:
+                        await asyncio.sleep(0.02)
+        except TimeoutError as err:
+            raise Unavailable("the change log is behind; retry", retry_after=1) from err
+
+    def latest(self, key: Key) -> Change | None:
+        event = self._latest.get(key)
+        return event.change if event else None
+
+    def newest(self, resource: str, namespace: str | None) -> list[tuple[Key, Change]]:
+        return [(k, e.change) for k, e in self._latest.items()
+                if k[0] == resource and (namespace is None or k[1] == namespace)]
+
+    def stats(self) -> dict[str, Any]:
+        return {"events": len(self._events), "resourceVersion": self._rv, "floor": self._floor}

@@ -1,0 +1,201 @@
+"""OpenAPI v2 and v3 descriptions of the served resources, enough for
+``kubectl explain`` and kubectl's field validation. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from typing import Any
+
+import orjson
+
+from pipeline.resources import RESOURCES, ResourceType
+
+JSON = dict[str, Any]
+META = "io.k8s.apimachinery.pkg.apis.meta.v1"
+
+
+def _s(desc: str, type_: str = "string", **extra: Any) -> JSON:
+    return {"description": desc, "type": type_, **extra}
+
+
+def _ref(name: str, v3: bool) -> JSON:
+    return {"$ref": ("#/components/schemas/" if v3 else "#/definitions/") + name}
+
+
+def _object_ref(desc: str) -> JSON:
+    return _s(desc, "object", properties={
+        "apiVersion": _s("API version of the referent."),
+        "kind": _s("Kind of the referent."), "name": _s("Name of the referent."),
+        "namespace": _s("Namespace of the referent."), "uid": _s("UID of the referent."),
+        "resourceVersion": _s("Specific resourceVersion of the referent."),
+        "fieldPath": _s("A path to a field of the referent."),
+    })
+
+
+def _label_selector(desc: str) -> JSON:
+    return _s(desc, "object", properties={
+        "matchLabels": _s("Labels that must all match.", "object",
+                          additionalProperties={"type": "string"}),
+        "matchExpressions": _s("Label selector requirements, ANDed.", "array", items=_s(
+            "A selector requirement.", "object", required=["key", "operator"], properties={
+                "key": _s("The label key."),
+                "operator": _s("In, NotIn, Exists or DoesNotExist."),
+                "values": _s("Values for In and NotIn.", "array", items={"type": "string"}),
+            })),
+    })
+
+
+SUMMARY = _s("Counts of results by status.", "object", properties={
+    f: _s(f"Number of results with status {f}.", "integer") for f in
+    ("pass", "fail", "warn", "error", "skip")})
+
+RESULT = _s("One result of applying a policy rule to resources.", "object", required=["policy"],
+            properties={
+    "source": _s("The policy engine that produced the result."),
+    "policy": _s("Name or identifier of the policy."),
+    "rule": _s("Name or identifier of the rule within the policy."),
+    "category": _s("Category of the policy or rule."),
+    "severity": _s("Severity: critical, high, medium, low or info.",
+                   enum=["critical", "high", "medium", "low", "info"]),
+    "timestamp": _s("When the result was produced.", "object", properties={
+        "seconds": _s("Seconds since the Unix epoch.", "integer", format="int64"),
+        "nanos": _s("Nanoseconds within the second.", "integer", format="int32")}),
+    "result": _s("Status: pass, fail, warn, error or skip.",
+                 enum=["pass", "fail", "warn", "error", "skip"]),
+    "scored": _s("Whether the result counts towards a score.", "boolean"),
+    "resources": _s("The resources the result is about.", "array",
+                    items=_object_ref("A resource the result is about.")),
+    "resourceSelector": _label_selector("Selects the resources the result is about."),
+    "message": _s("A short explanation of the result."),
+    "properties": _s("Free-form key-value data about the result.", "object",
+                     additionalProperties={"type": "string"}),
+})
+
+
+def _body(r: ResourceType) -> JSON:
+    props: JSON = {
+        "summary": SUMMARY,
+        "results": _s("Results of policy rules.", "array", items=RESULT),
+    }
+    if r.body_path:
+        props["owner"] = _object_ref("The resource the report is about.")
+        return {"spec": _s("The report.", "object", properties=props)}
+    props["scope"] = _object_ref("The resource the report is about.")
+    props["scopeSelector"] = _label_selector("Selects the resources the report is about.")
+    if r.group == "openreports.io":
+        props["source"] = _s("The tool that produced the report.")
+        props["configuration"] = _s("How the report was produced.", "object", properties={
+            "limits": _s("Limits applied to the report.", "object", properties={
+                "maxResults": _s("Most results kept.", "integer"),
+                "statusFilter": _s("Statuses kept.", "array", items={"type": "string"})})})
+    return props
+
+
+def _object_meta() -> JSON:
+    return _s("Standard object metadata.", "object", properties={
+        "name": _s("Name, unique within a namespace."),
+        "generateName": _s("Prefix for a server-generated name."),
+        "namespace": _s("Namespace of the object."),
+        "uid": _s("Unique identifier, set by the server."),
+        "resourceVersion": _s("Opaque version, changes on every write."),
+        "generation": _s("Sequence number of changes to the desired state.", "integer"),
+        "creationTimestamp": _s("When the object was created.", format="date-time"),
+        "deletionTimestamp": _s("When the object will be deleted.", format="date-time"),
+        "labels": _s("Key-value labels.", "object", additionalProperties={"type": "string"}),
+        "annotations": _s("Key-value annotations.", "object",
+                          additionalProperties={"type": "string"}),
+        "finalizers": _s("Finalizers that must be removed before deletion.", "array",
+                         items={"type": "string"}),
+        "ownerReferences": _s("Objects this object depends on.", "array",
+                              items=_object_ref("An owner.")),
+        "managedFields": _s("Field ownership, as server-side apply records it.", "array",
+                            items={"type": "object"}),
+    })
+
+
+def _schema_name(r: ResourceType) -> str:
+    return ".".join(reversed(r.group.split("."))) + f".{r.version}.{r.kind}"
+
+
+def _schema(r: ResourceType, v3: bool) -> JSON:
+    return {
+        "description": f"{r.kind} holds policy results.", "type": "object",
+        "properties": {"apiVersion": _s("APIVersion of this representation."),
+                       "kind": _s("Kind of this object."),
+                       "metadata": _ref(f"{META}.ObjectMeta", v3), **_body(r)},
+        "x-kubernetes-group-version-kind": [{"group": r.group, "version": r.version,
+                                             "kind": r.kind}],
+    }
+
+
+def _list_schema(r: ResourceType, v3: bool) -> JSON:
+    return {"description": f"A list of {r.kind}.", "type": "object", "required": ["items"],
+            "properties": {"apiVersion": _s("APIVersion."), "kind": _s("Kind."),
+                           "metadata": {"type": "object"},
+                           "items": {"type": "array", "items": _ref(_schema_name(r), v3)}},
+            "x-kubernetes-group-version-kind": [{"group": r.group, "version": r.version,
+                                                 "kind": r.list_kind}]}
+
+
+def _params(v3: bool) -> list[JSON]:
+    names = ("dryRun", "fieldManager", "fieldValidation")
+    if v3:
+        return [{"name": n, "in": "query", "schema": {"type": "string"}} for n in names]
+    return [{"name": n, "in": "query", "type": "string"} for n in names]
+
+
+def _paths(resources: list[ResourceType], v3: bool) -> JSON:
+    paths: JSON = {}
+    for r in resources:
+        ref = _ref(_schema_name(r), v3)
+        ok = {"content": {"application/json": {"schema": ref}}} if v3 else {"schema": ref}
+        op = {"parameters": _params(v3), "responses": {"200": {"description": "OK", **ok}},
+              "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version,
+                                                  "kind": r.kind}}
+        base = f"/apis/{r.group}/{r.version}/" + ("namespaces/{namespace}/" if r.namespaced
+                                                  else "")
+        paths[f"{base}{r.plural}"] = {"post": {**op, "operationId": f"create{r.kind}"}}
+        paths[f"{base}{r.plural}/{{name}}"] = {
+            "get": {"operationId": f"read{r.kind}", "responses": op["responses"]},
+            "put": {**op, "operationId": f"replace{r.kind}"},
+            "patch": {**op, "operationId": f"patch{r.kind}"}}
+    return paths
+
+
+def _schemas(resources: list[ResourceType], v3: bool) -> JSON:
+    out: JSON = {f"{META}.ObjectMeta": _object_meta()}
+    for r in resources:
+        out[_schema_name(r)] = _schema(r, v3)
+        out[_schema_name(r) + "List"] = _list_schema(r, v3)
+    return out
+
+
+@cache
+def v2() -> bytes:
+    doc = {"swagger": "2.0", "info": {"title": "reports-pipeline", "version": "v1"},
+           "paths": _paths(list(RESOURCES), False),
+           "definitions": _schemas(list(RESOURCES), False)}
+    return orjson.dumps(doc)
+
+
+@cache
+def v3(group: str, version: str) -> bytes | None:
+    served = [r for r in RESOURCES if r.group == group and r.version == version]
+    if not served:
+        return None
+    doc = {"openapi": "3.0.0", "info": {"title": "reports-pipeline", "version": version},
+           "paths": _paths(served, True), "components": {"schemas": _schemas(served, True)}}
+    return orjson.dumps(doc)
+
+
+@cache
+def v3_index() -> bytes:
+    paths = {}
+    for r in RESOURCES:
+        doc = v3(r.group, r.version)
+        assert doc is not None
+        digest = hashlib.sha512(doc).hexdigest()[:32].upper()
+        paths[f"apis/{r.group}/{r.version}"] = {
+            "serverRelativeURL": f"/openapi/v3/apis/{r.group}/{r.version}?hash={digest}"}
+    return orjson.dumps({"paths": paths})

@@ -1,0 +1,69 @@
+"""A self-signed serving certificate and a kubeconfig that trusts it."""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import secrets
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+def ensure_token(directory: Path) -> str:
+    """A bearer token for the generated kubeconfig, made once and then reused."""
+    token_file = directory / "token"
+    if not token_file.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        token_file.write_text(secrets.token_urlsafe(32))
+        token_file.chmod(0o600)
+    return token_file.read_text().strip()
+
+
+def ensure_certificate(directory: Path) -> tuple[Path, Path]:
+    """(cert, key) files under ``directory``, made once and then reused."""
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    if cert_file.exists() and key_file.exists():
+        return cert_file, key_file
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "reports-pipeline")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=3650))
+        .add_extension(x509.SubjectAlternativeName([
+            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_file.chmod(0o600)
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_file, key_file
+
+
+def write_kubeconfig(path: Path, *, server: str, cert_file: Path, token: str) -> None:
+    ca = base64.b64encode(cert_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "reports-pipeline",
+        "clusters": [{"name": "reports-pipeline",
+                      "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": "reports-pipeline", "user": {"token": token}}],
+        "contexts": [{"name": "reports-pipeline",
+                      "context": {"cluster": "reports-pipeline", "user": "reports-pipeline",
+                                  "namespace": "default"}}],
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.replace(path)

@@ -1,0 +1,104 @@
+"""Publishing write requests to the committer and awaiting its replies."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from apiserver.errors import FromStatus, Timeout, Unavailable
+from pipeline.messages import DecodeError, Reply, WriteRequest
+from pipeline.objects import object_key
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Writer:
+    def __init__(self, settings: Settings, *, bootstrap: str):
+        self._settings = settings
+        self._bootstrap = bootstrap
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._pending: dict[str, asyncio.Future[Reply]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._tp = TopicPartition(settings.replies_topic, 0)
+
+    async def start(self) -> None:
+        self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all",
+                                          linger_ms=0, max_request_size=16 * 1024 * 1024)
+        await self._producer.start()
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap,
+                                          enable_auto_commit=False,
+                                          fetch_max_wait_ms=self._settings.fetch_max_wait_ms)
+        await self._consumer.start()
+        self._consumer.assign([self._tp])
+        await self._consumer.seek_to_end(self._tp)
+        await self._consumer.position(self._tp)
+        self._task = asyncio.create_task(self._run(), name="replies")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for fut in self._pending.values():
+            fut.cancel()
+        if self._producer is not None:
+            await self._producer.stop()
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
+        while True:
+            try:
+                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
+            except KafkaError:
+                log.exception("reading replies failed; retrying")
+                await asyncio.sleep(1)
+                continue
+            for record in batch.get(self._tp, []):
+                rid = (record.key or b"").decode()
+                fut = self._pending.get(rid)
+                if fut is None or fut.done():
+                    continue
+                try:
+                    fut.set_result(Reply.decode(record.value))
+                except DecodeError as err:
+                    fut.set_exception(err)
+
+    async def submit(self, *, op: str, resource: str, namespace: str, name: str, now: str,
+                     obj: dict[str, Any] | None = None,
+                     preconditions: dict[str, Any] | None = None) -> Reply:
+        """Ask the committer for a write; returns its successful reply or raises
+        the error it decided."""
+        assert self._producer is not None
+        req = WriteRequest(id=str(uuid.uuid4()), op=op, resource=resource,  # type: ignore[arg-type]
+                           namespace=namespace, name=name, reply_to=self._settings.replies_topic,
+                           now=now, obj=obj, preconditions=preconditions or {})
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[req.id] = fut
+        try:
+            try:
+                await self._producer.send_and_wait(
+                    self._settings.requests_topic, req.encode(),
+                    key=object_key(resource, namespace, name).encode())
+            except KafkaError as err:
+                raise Unavailable(f"cannot publish the write: {err}", retry_after=1) from err
+            try:
+                reply = await asyncio.wait_for(fut, self._settings.write_timeout)
+            except TimeoutError as err:
+                raise Timeout("the write was not confirmed in time; its outcome is unknown",
+                              retry_after=1) from err
+        finally:
+            self._pending.pop(req.id, None)
+        if reply.status is not None:
+            raise FromStatus(reply.status)
+        return reply

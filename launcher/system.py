@@ -1,0 +1,159 @@
+"""``reports-pipeline up``: the whole system in one process tree.
+
+One process owns embedded ClickHouse (chDB allows one per data directory), so
+the Faust worker and the frontend share this process; the embedded broker is a
+child process. Against a Kafka cluster and a ClickHouse server the same parts
+run, just connected elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import uvicorn
+
+from apiserver.app import create_app
+from apiserver.changelog import ChangeLog
+from apiserver.service import ReportService
+from apiserver.tls import ensure_certificate, ensure_token, write_kubeconfig
+from apiserver.writes import Writer
+from launcher.broker import EmbeddedBroker
+from pipeline import kafka
+from pipeline.settings import Settings
+from pipeline.store import ReportStore
+from pipeline.worker import build_app
+
+log = logging.getLogger(__name__)
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def data_dir_lock(data_dir: Path) -> Iterator[None]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock_file: IO[str] = open(data_dir / "up.lock", "a+")  # noqa: SIM115
+    try:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            lock_file.seek(0)
+            pid = lock_file.read().strip() or "unknown"
+            raise AlreadyRunning(f"reports-pipeline up is already running on {data_dir}"
+                                 f" (pid {pid}); stop it first") from err
+        lock_file.seek(0)
+        lock_file.truncate()
+        lock_file.write(str(os.getpid()))
+        lock_file.flush()
+        yield
+    finally:
+        lock_file.close()
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # signals belong to the System
+
+
+@dataclass
+class UpOptions:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def run_up(settings: Settings, options: UpOptions) -> None:
+    data_dir = options.data_dir.resolve()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        broker: EmbeddedBroker | None = None
+        bootstrap = settings.kafka_bootstrap
+        if not bootstrap:
+            broker = EmbeddedBroker(log_file=data_dir / "broker.log")
+            await broker.start()
+            stack.push_async_callback(broker.stop)
+            bootstrap = broker.bootstrap
+        await kafka.ensure_topics(settings, bootstrap)
+
+        store = ReportStore(settings, data_dir=data_dir)
+        await store.start()
+        stack.push_async_callback(store.close)
+
+        worker = build_app(settings, store, bootstrap=bootstrap, data_dir=data_dir)
+        await worker.start()
+        stack.push_async_callback(worker.stop)
+
+        changelog = ChangeLog(settings, store, bootstrap=bootstrap)
+        await changelog.start()
+        stack.push_async_callback(changelog.stop)
+        writer = Writer(settings, bootstrap=bootstrap)
+        await writer.start()
+        stack.push_async_callback(writer.stop)
+        stack.push_async_callback(_drain, store, changelog)
+
+        service = ReportService(store=store, changelog=changelog, writer=writer)
+        cert, key = ensure_certificate(data_dir / "tls")
+        token = ensure_token(data_dir / "tls")
+        sock = _listen(options.host, options.port)
+        port = sock.getsockname()[1]
+        server = _Server(uvicorn.Config(
+            create_app(service, settings, token=token), ssl_certfile=str(cert), ssl_keyfile=str(key),
+            log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=10))
+        serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
+
+        async def stop_serving() -> None:
+            server.should_exit = True
+            await serving
+        stack.push_async_callback(stop_serving)
+        while not server.started:
+            if serving.done():
+                await serving
+                raise RuntimeError("the HTTP server did not start")
+            await asyncio.sleep(0.01)
+
+        kubeconfig = data_dir / "kubeconfig"
+        write_kubeconfig(kubeconfig, server=f"https://127.0.0.1:{port}", cert_file=cert,
+                         token=token)
+        print(f"reports-pipeline is ready: kubectl --kubeconfig {kubeconfig} get polr -A",
+              flush=True)
+        waiter = asyncio.create_task(stop.wait(), name="stop-signal")
+        done, _ = await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        print("reports-pipeline is stopping", file=sys.stderr, flush=True)
+
+
+async def _drain(store: ReportStore, changelog: ChangeLog, timeout: float = 15.0) -> None:
+    """Let the materializer catch up with the change log before stopping: with
+    the embedded broker, ClickHouse is all that survives a restart."""
+    target = changelog.resource_version
+    try:
+        async with asyncio.timeout(timeout):
+            while await store.watermark() < target:
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        log.warning("stopping before ClickHouse caught up with resourceVersion %d", target)

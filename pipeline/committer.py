@@ -1,0 +1,80 @@
+"""The committer's state: the current version of every key it may be asked
+about, and the next resourceVersion. Decisions themselves are ``commit.decide``.
+
+State comes from ClickHouse (materialized) plus the change log's tail that
+ClickHouse may not have yet; after that it follows its own decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from pipeline import objects
+from pipeline.commit import Current, Decision, current_after, decide
+from pipeline.messages import Change, WriteRequest
+from pipeline.store import ReportStore
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str, str]
+TailReader = Callable[[], Awaitable[list[Change]]]
+
+
+def _key(req: WriteRequest) -> Key:
+    return (req.resource, req.namespace, req.name)
+
+
+def change_key(change: Change) -> Key:
+    return objects.identity(change.obj)
+
+
+class Committer:
+    def __init__(self, store: ReportStore, read_tail: TailReader, *, max_keys: int = 50000):
+        self._store = store
+        self._read_tail = read_tail
+        self._state: dict[Key, Current] = {}
+        self._next_rv = 0
+        self._max_keys = max_keys
+        self._ready = False
+
+    @property
+    def next_resource_version(self) -> int:
+        return self._next_rv
+
+    def invalidate(self) -> None:
+        """Forget everything: another owner may have written meanwhile."""
+        self._ready = False
+
+    async def recover(self) -> None:
+        watermark = await self._store.watermark()
+        tail = await self._read_tail()
+        self._state = {}
+        for change in tail:
+            self._state[change_key(change)] = current_after(change)
+        self._next_rv = max([watermark, *(c.resource_version for c in tail)]) + 1
+        self._ready = True
+        log.info("committer recovered: %d changes in the log tail, next resourceVersion %d",
+                 len(tail), self._next_rv)
+
+    async def decide_batch(self, requests: Sequence[WriteRequest]) -> list[Decision]:
+        if not self._ready:
+            await self.recover()
+        missing = {_key(r) for r in requests} - self._state.keys()
+        if missing:
+            self._state.update(await self._store.current(missing))
+        decisions = []
+        for req in requests:
+            decision = decide(req, self._state.get(_key(req)), self._next_rv)
+            if decision.change is not None:
+                self._state[_key(req)] = current_after(decision.change)
+                self._next_rv += 1
+            decisions.append(decision)
+        return decisions
+
+    async def trim(self) -> None:
+        """Drop state ClickHouse already holds, once there is much of it."""
+        if len(self._state) <= self._max_keys:
+            return
+        watermark = await self._store.watermark()
+        self._state = {k: v for k, v in self._state.items() if v.resource_version > watermark}

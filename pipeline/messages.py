@@ -1,0 +1,115 @@
+"""Wire formats of the pipeline's topics, as frozen dataclasses with JSON codecs.
+
+- requests topic (internal): a write the frontend asks the committer to decide;
+- replies topic (internal): the committer's answer to one request;
+- changes topic (public): every committed write as a Kubernetes watch event,
+  ``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": {...}}``, keyed by the
+  object's identity, the object carrying its ``metadata.resourceVersion``.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+JSON = dict[str, Any]
+Op = Literal["create", "update", "delete"]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class DecodeError(ValueError):
+    """A record on a topic could not be decoded."""
+
+
+def _loads(raw: bytes) -> JSON:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise DecodeError(str(err)) from err
+    if not isinstance(value, dict):
+        raise DecodeError("record is not a JSON object")
+    return value
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    id: str
+    op: Op
+    resource: str
+    namespace: str
+    name: str
+    reply_to: str
+    now: str
+    obj: JSON | None = None
+    preconditions: JSON = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return orjson.dumps({
+            "id": self.id, "op": self.op, "resource": self.resource,
+            "namespace": self.namespace, "name": self.name, "replyTo": self.reply_to,
+            "now": self.now, "object": self.obj, "preconditions": self.preconditions,
+        })
+
+    @classmethod
+    def decode(cls, raw: bytes) -> WriteRequest:
+        v = _loads(raw)
+        try:
+            return cls(id=v["id"], op=v["op"], resource=v["resource"], namespace=v["namespace"],
+                       name=v["name"], reply_to=v["replyTo"], now=v["now"], obj=v.get("object"),
+                       preconditions=v.get("preconditions") or {})
+        except KeyError as err:
+            raise DecodeError(f"request lacks {err}") from err
+
+
+@dataclass(frozen=True)
+class Reply:
+    """``status`` is None on success (then ``obj`` is the committed object),
+    otherwise a Kubernetes ``Status`` dict."""
+
+    request_id: str
+    resource_version: int
+    obj: JSON | None = None
+    status: JSON | None = None
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"requestId": self.request_id, "resourceVersion": self.resource_version,
+                             "object": self.obj, "status": self.status})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Reply:
+        v = _loads(raw)
+        try:
+            return cls(request_id=v["requestId"], resource_version=int(v["resourceVersion"]),
+                       obj=v.get("object"), status=v.get("status"))
+        except (KeyError, TypeError, ValueError) as err:
+            raise DecodeError(f"bad reply: {err}") from err
+
+
+@dataclass(frozen=True)
+class Change:
+    """One committed write: a watch event for the public change log."""
+
+    type: EventType
+    obj: JSON
+    resource_version: int
+    request_id: str = ""
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"type": self.type, "object": self.obj})
+
+    @classmethod
+    def decode(cls, raw: bytes, request_id: str = "") -> Change:
+        v = _loads(raw)
+        try:
+            obj = v["object"]
+            rv = int(obj["metadata"]["resourceVersion"])
+            return cls(type=v["type"], obj=obj, resource_version=rv, request_id=request_id)
+        except (KeyError, TypeError, ValueError) as err:
+            raise DecodeError(f"bad change: {err}") from err
+
+
+REQUEST_ID_HEADER = "request-id"

@@ -1,0 +1,1 @@
+"""Numbered, idempotent ClickHouse schema migrations (``NNNN_name.sql``)."""

@@ -1,0 +1,240 @@
+"""ClickHouse adapter: schema migrations, materializing changes, serving reads.
+
+Works on a ClickHouse server (``CLICKHOUSE_URL``) or on embedded chDB under a
+data directory. Calls are blocking; each runs on a small thread pool, one
+client per thread, behind ``async`` methods. All values are bound server-side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources as importlib_resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import clickhouse_connect
+import orjson
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from pipeline import objects, resources
+from pipeline.commit import Current
+from pipeline.messages import Change
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+REPORT_COLUMNS = ("resource", "namespace", "name", "uid", "resource_version", "deleted",
+                  "created", "committed", "labels", "scope_kind", "scope_name",
+                  *objects.SUMMARY_FIELDS, "object")
+
+
+class StoreError(RuntimeError):
+    """ClickHouse could not do what was asked."""
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    resource_version: int
+    namespace: str
+    name: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    offset: int
+    resource_version: int
+
+
+def parse_time(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+        except ValueError:
+            pass
+    return datetime.fromtimestamp(0, UTC)
+
+
+def report_row(change: Change, committed: datetime) -> list[Any]:
+    """One ``reports`` row for a committed change. Pure."""
+    obj = change.obj
+    meta = objects.metadata(obj)
+    rtype = resources.by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
+    if rtype is None:
+        raise StoreError(f"unknown kind {obj.get('apiVersion')}/{obj.get('kind')}")
+    counts = objects.summary(rtype, obj)
+    skind, sname = objects.scope(rtype, obj)
+    labels = meta.get("labels") or {}
+    return [rtype.id, meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "",
+            change.resource_version, 1 if change.type == "DELETED" else 0,
+            parse_time(meta.get("creationTimestamp")), committed,
+            {str(k): str(v) for k, v in labels.items()}, skind, sname,
+            *(counts[f] for f in objects.SUMMARY_FIELDS),
+            orjson.dumps(obj).decode()]
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(number, name, sql) of every migration shipped with the package, in order."""
+    out = []
+    for entry in importlib_resources.files("pipeline.migrations").iterdir():
+        if entry.name.endswith(".sql"):
+            number = int(entry.name.split("_", 1)[0])
+            out.append((number, entry.name, entry.read_text()))
+    return sorted(out)
+
+
+def _statements(sql: str) -> list[str]:
+    lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+class ReportStore:
+    """ClickHouse tables of the project, reached from a pool of threads."""
+
+    def __init__(self, settings: Settings, *, data_dir: Path | None = None, threads: int = 4):
+        self._settings = settings
+        self._data_dir = data_dir
+        self._local = threading.local()
+        self._clients: list[Client] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="clickhouse")
+
+    # -- connection ---------------------------------------------------------
+    def _connect(self, database: str | None) -> Client:
+        if self._settings.clickhouse_url:
+            client = clickhouse_connect.get_client(dsn=self._settings.clickhouse_url,
+                                                   database=database or "default")
+        else:
+            if self._data_dir is None:
+                raise StoreError("embedded ClickHouse needs a data directory")
+            path = self._data_dir / "clickhouse"
+            path.mkdir(parents=True, exist_ok=True)
+            client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}",
+                                                   database=database)
+        with self._lock:
+            self._clients.append(client)
+        return client
+
+    def _client(self) -> Client:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self._connect(self._settings.database)
+        return client
+
+    async def run(self, fn: Callable[[Client], T]) -> T:
+        def call() -> T:
+            try:
+                return fn(self._client())
+            except ClickHouseError as err:
+                raise StoreError(str(err)) from err
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    async def start(self) -> None:
+        """Create the database and apply pending migrations."""
+        def setup() -> None:
+            admin = self._connect(None)
+            admin.command(f"CREATE DATABASE IF NOT EXISTS `{self._settings.database}`")
+        await asyncio.get_running_loop().run_in_executor(self._pool, setup)
+        await self.run(self._migrate)
+
+    def _migrate(self, client: Client) -> None:
+        client.command("""CREATE TABLE IF NOT EXISTS schema_migrations
+            (version UInt32, name String, applied DateTime64(3, 'UTC') DEFAULT now64(3))
+            ENGINE = ReplacingMergeTree ORDER BY version""")
+        done = {r[0] for r in client.query("SELECT version FROM schema_migrations").result_rows}
+        for number, name, sql in migrations():
+            if number in done:
+                continue
+            for statement in _statements(sql):
+                client.command(statement)
+            client.insert("schema_migrations", [[number, name]], column_names=["version", "name"])
+            log.info("applied migration %s", name)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for client in self._clients:
+                try:
+                    client.close()
+                except Exception:  # noqa: BLE001 - closing best-effort
+                    log.debug("closing ClickHouse client failed", exc_info=True)
+            self._clients.clear()
+
+    # -- materializing ------------------------------------------------------
+    async def write_changes(self, changes: Sequence[Change], *, topic: str, partition: int,
+                            offset: int) -> None:
+        """Insert a batch of changes, then record progress. Safe to repeat."""
+        now = datetime.now(UTC)
+        rows = [report_row(c, now) for c in changes]
+        last_rv = max(c.resource_version for c in changes)
+
+        def insert(client: Client) -> None:
+            client.insert("reports", rows, column_names=REPORT_COLUMNS)
+            client.insert("changes_progress", [[topic, partition, offset, last_rv]],
+                          column_names=["topic", "partition", "offset", "resource_version"])
+        await self.run(insert)
+
+    async def progress(self, topic: str, partition: int = 0) -> Progress | None:
+        def query(client: Client) -> Progress | None:
+            rows = client.query(
+                "SELECT offset, resource_version FROM changes_progress FINAL"
+                " WHERE topic = {t:String} AND partition = {p:UInt32}",
+                parameters={"t": topic, "p": partition}).result_rows
+            return Progress(int(rows[0][0]), int(rows[0][1])) if rows else None
+        return await self.run(query)
+
+    async def watermark(self) -> int:
+        """Highest resourceVersion materialized (0 when empty)."""
+        def query(client: Client) -> int:
+            return int(client.query("SELECT max(resource_version) FROM reports").result_rows[0][0])
+        return await self.run(query)
+
+    # -- reads --------------------------------------------------------------
+    async def current(self, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str],
+                                                                           Current]:
+        """Latest committed state of the given (resource, namespace, name) keys."""
+        wanted = list(keys)
+        if not wanted:
+            return {}
+
+        def query(client: Client) -> dict[tuple[str, str, str], Current]:
+            result = client.query(
+                "SELECT resource, namespace, name, resource_version, deleted, object"
+                " FROM reports WHERE (resource, namespace, name) IN {keys:Array(Tuple(String,"
+                " String, String))} ORDER BY resource_version DESC LIMIT 1 BY resource,"
+                " namespace, name", parameters={"keys": wanted})
+            return {(r[0], r[1], r[2]): Current(int(r[3]), orjson.loads(r[5]), bool(r[4]))
+                    for r in result.result_rows}
+        return await self.run(query)
+
+    async def get(self, resource: str, namespace: str, name: str) -> StoredObject | None:
+        def query(client: Client) -> StoredObject | None:
+            rows = client.query(
+                "SELECT resource_version, namespace, name, object FROM reports FINAL"
+                " WHERE resource = {r:String} AND namespace = {ns:String} AND name = {n:String}",
+                parameters={"r": resource, "ns": namespace, "n": name}).result_rows
+            return StoredObject(int(rows[0][0]), rows[0][1], rows[0][2], rows[0][3]) if rows \
+                else None
+        return await self.run(query)
+
+    async def list(self, resource: str, namespace: str | None) -> list[StoredObject]:
+        where = "resource = {r:String}"
+        params: dict[str, Any] = {"r": resource}
+        if namespace is not None:
+            where += " AND namespace = {ns:String}"
+            params["ns"] = namespace
+
+        def query(client: Client) -> list[StoredObject]:
+            rows = client.query(
+                f"SELECT resource_version, namespace, name, object FROM reports FINAL WHERE {where}"
+                " ORDER BY namespace, name", parameters=params).result_rows
+            return [StoredObject(int(r[0]), r[1], r[2], r[3]) for r in rows]
+        return await self.run(query)

@@ -1,0 +1,101 @@
+"""The Faust application: the agents that commit writes and materialize them.
+
+- ``commit`` consumes write requests, decides each against the current state
+  (``pipeline.commit``), publishes the changes to the public change log, then
+  answers on the requester's reply topic;
+- ``materialize`` consumes the change log and writes it to ClickHouse.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from pipeline import kafka
+from pipeline.committer import Committer, change_key
+from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError, WriteRequest
+from pipeline.store import ReportStore
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class PipelineApp(faust.App):
+    fetch_max_wait_ms: int = 500
+
+
+def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
+              data_dir: Path) -> PipelineApp:
+    app = PipelineApp(
+        settings.app_id,
+        broker=f"{kafka.TRANSPORT_SCHEME}://{bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        datadir=str(data_dir / "faust"),
+        topic_partitions=1,
+        producer_acks=-1,
+        producer_linger=0.0,
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
+        broker_commit_interval=0.5,
+        consumer_auto_offset_reset="earliest",
+    )
+    app.fetch_max_wait_ms = settings.fetch_max_wait_ms
+    requests = app.topic(settings.requests_topic, key_serializer="raw", value_serializer="raw",
+                         partitions=1, internal=False)
+    changes = app.topic(settings.changes_topic, key_serializer="raw", value_serializer="raw",
+                        partitions=1, internal=False)
+
+    async def tail() -> list[Change]:
+        return await kafka.read_tail(settings, bootstrap, await store.progress(
+            settings.changes_topic))
+
+    committer = Committer(store, tail)
+    app.committer = committer  # type: ignore[attr-defined]
+
+    @app.on_partitions_revoked.connect
+    async def _revoked(sender: Any, revoked: Any, **_: Any) -> None:
+        committer.invalidate()
+
+    @app.agent(requests, name="commit")
+    async def commit(stream: Any) -> None:
+        async for events in stream.take_events(256, within=0.001):
+            batch: list[WriteRequest] = []
+            for event in events:
+                try:
+                    batch.append(WriteRequest.decode(event.value))
+                except DecodeError:
+                    log.warning("skipping undecodable request at offset %s",
+                                event.message.offset)
+            decisions = await committer.decide_batch(batch)
+            acks = []
+            for d in decisions:
+                if d.change is not None:
+                    acks.append(await changes.send(
+                        key="/".join(change_key(d.change)).encode(), value=d.change.encode(),
+                        headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())]))
+            for ack in acks:
+                await ack
+            replies = []
+            for req, d in zip(batch, decisions, strict=True):
+                replies.append(await app.producer.send(
+                    req.reply_to, req.id.encode(), d.reply.encode(), None, None, None))
+            for r in replies:
+                await r
+            await committer.trim()
+
+    @app.agent(changes, name="materialize")
+    async def materialize(stream: Any) -> None:
+        async for events in stream.take_events(settings.materialize_batch,
+                                               within=settings.materialize_interval):
+            decoded = [kafka.change_from_record(e.message) for e in events]
+            batch = [c for c in decoded if c is not None]
+            if batch:
+                last = events[-1].message
+                await store.write_changes(batch, topic=last.topic, partition=last.partition,
+                                          offset=last.offset)
+    return app
+
