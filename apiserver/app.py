@@ -18,9 +18,18 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from apiserver import discovery, openapi, tables, validation
-from apiserver.errors import (ApiError, BadRequest, MethodNotAllowed, NotAcceptable, NotFound,
-                              RequestEntityTooLarge, Unauthorized, UnsupportedMediaType, cause,
-                              invalid)
+from apiserver.errors import (
+    ApiError,
+    BadRequest,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotFound,
+    RequestEntityTooLarge,
+    Unauthorized,
+    UnsupportedMediaType,
+    cause,
+    invalid,
+)
 from apiserver.service import ReportService
 from pipeline.resources import ResourceType, by_path
 from pipeline.settings import Settings

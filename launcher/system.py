@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from apiserver.app import create_app
 from apiserver.changelog import ChangeLog
@@ -84,67 +85,95 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def run_up(settings: Settings, options: UpOptions) -> None:
-    data_dir = options.data_dir.resolve()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with contextlib.AsyncExitStack() as stack:
-        broker: EmbeddedBroker | None = None
-        bootstrap = settings.kafka_bootstrap
-        if not bootstrap:
-            broker = EmbeddedBroker(log_file=data_dir / "broker.log")
+class System:
+    """Every part of the system but the HTTP listener, started in order and
+    stopped in reverse; ``app`` is the frontend's ASGI application."""
+
+    def __init__(self, settings: Settings, data_dir: Path):
+        self.settings = settings
+        self.data_dir = data_dir.resolve()
+        self._stack = contextlib.AsyncExitStack()
+        self.bootstrap = settings.kafka_bootstrap
+        self.token = ""
+        self.app: ASGIApp | None = None
+        self.store: ReportStore | None = None
+
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+
+    async def _start(self) -> None:
+        settings, stack = self.settings, self._stack
+        if not self.bootstrap:
+            broker = EmbeddedBroker(log_file=self.data_dir / "broker.log")
             await broker.start()
             stack.push_async_callback(broker.stop)
-            bootstrap = broker.bootstrap
-        await kafka.ensure_topics(settings, bootstrap)
+            self.bootstrap = broker.bootstrap
+        await kafka.ensure_topics(settings, self.bootstrap)
 
-        store = ReportStore(settings, data_dir=data_dir)
+        self.store = store = ReportStore(settings, data_dir=self.data_dir)
         await store.start()
         stack.push_async_callback(store.close)
 
-        worker = build_app(settings, store, bootstrap=bootstrap, data_dir=data_dir)
+        worker = build_app(settings, store, bootstrap=self.bootstrap, data_dir=self.data_dir)
         await worker.start()
         stack.push_async_callback(worker.stop)
 
-        changelog = ChangeLog(settings, store, bootstrap=bootstrap)
+        changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
         await changelog.start()
         stack.push_async_callback(changelog.stop)
-        writer = Writer(settings, bootstrap=bootstrap)
+        writer = Writer(settings, bootstrap=self.bootstrap)
         await writer.start()
         stack.push_async_callback(writer.stop)
         stack.push_async_callback(_drain, store, changelog)
 
         service = ReportService(store=store, changelog=changelog, writer=writer)
-        cert, key = ensure_certificate(data_dir / "tls")
-        token = ensure_token(data_dir / "tls")
+        self.token = ensure_token(self.data_dir / "tls")
+        self.app = create_app(service, settings, token=self.token)
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+
+
+async def run_up(settings: Settings, options: UpOptions) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    system = System(settings, options.data_dir)
+    await system.start()
+    try:
+        assert system.app is not None
+        cert, key = ensure_certificate(system.data_dir / "tls")
         sock = _listen(options.host, options.port)
         port = sock.getsockname()[1]
         server = _Server(uvicorn.Config(
-            create_app(service, settings, token=token), ssl_certfile=str(cert), ssl_keyfile=str(key),
-            log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=10))
+            system.app, ssl_certfile=str(cert), ssl_keyfile=str(key), log_level="warning",
+            access_log=False, lifespan="off", timeout_graceful_shutdown=10))
         serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
-
-        async def stop_serving() -> None:
+        try:
+            while not server.started:
+                if serving.done():
+                    await serving
+                    raise RuntimeError("the HTTP server did not start")
+                await asyncio.sleep(0.01)
+            kubeconfig = system.data_dir / "kubeconfig"
+            write_kubeconfig(kubeconfig, server=f"https://127.0.0.1:{port}", cert_file=cert,
+                             token=system.token)
+            print(f"reports-pipeline is ready: kubectl --kubeconfig {kubeconfig} get polr -A",
+                  flush=True)
+            waiter = asyncio.create_task(stop.wait(), name="stop-signal")
+            await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            print("reports-pipeline is stopping", file=sys.stderr, flush=True)
+        finally:
             server.should_exit = True
             await serving
-        stack.push_async_callback(stop_serving)
-        while not server.started:
-            if serving.done():
-                await serving
-                raise RuntimeError("the HTTP server did not start")
-            await asyncio.sleep(0.01)
-
-        kubeconfig = data_dir / "kubeconfig"
-        write_kubeconfig(kubeconfig, server=f"https://127.0.0.1:{port}", cert_file=cert,
-                         token=token)
-        print(f"reports-pipeline is ready: kubectl --kubeconfig {kubeconfig} get polr -A",
-              flush=True)
-        waiter = asyncio.create_task(stop.wait(), name="stop-signal")
-        done, _ = await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        print("reports-pipeline is stopping", file=sys.stderr, flush=True)
+    finally:
+        await system.stop()
 
 
 async def _drain(store: ReportStore, changelog: ChangeLog, timeout: float = 15.0) -> None:

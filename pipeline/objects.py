@@ -11,8 +11,9 @@ JSON = dict[str, Any]
 
 SUMMARY_FIELDS = ("pass", "fail", "warn", "error", "skip")
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+_DNS1123_LABEL = re.compile(rf"^{_LABEL}$")
 
 
 def object_key(resource: ResourceType | str, namespace: str, name: str) -> str:

@@ -17,8 +17,8 @@ import faust
 from pipeline import kafka
 from pipeline.committer import Committer, change_key
 from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError, WriteRequest
-from pipeline.store import ReportStore
 from pipeline.settings import Settings
+from pipeline.store import ReportStore
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
         topic_partitions=1,
         producer_acks=-1,
         producer_linger=0.0,
-        broker_session_timeout=10.0,
+        broker_session_timeout=6.0,
         broker_heartbeat_interval=1.0,
         broker_commit_interval=0.5,
         consumer_auto_offset_reset="earliest",

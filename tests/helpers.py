@@ -1,0 +1,50 @@
+"""Report objects for tests, built from the shared realistic report."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.resources import ResourceType
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SAMPLE = SHARED / "pss-restricted-report.yaml"
+
+
+@cache
+def _sample() -> dict[str, Any]:
+    return yaml.safe_load(SAMPLE.read_text())
+
+
+def report(rtype: ResourceType, name: str, namespace: str = "", *, fail: int = 0,
+           labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A report of ``rtype`` with the sample's 19 results, ``fail`` of them failing."""
+    spec = copy.deepcopy(_sample()["spec"])
+    results = spec["results"]
+    for r in results[:fail]:
+        r["result"] = "fail"
+    spec["summary"] = {"pass": len(results) - fail, "fail": fail, "warn": 0, "error": 0,
+                       "skip": 0}
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
+    if rtype.namespaced:
+        meta["namespace"] = namespace
+    obj: dict[str, Any] = {"apiVersion": rtype.api_version, "kind": rtype.kind, "metadata": meta}
+    if rtype.body_path:
+        obj["spec"] = spec
+    else:
+        obj["scope"] = {"apiVersion": "v1", **{k: spec["owner"][k] for k in
+                                               ("kind", "name", "uid")}}
+        obj["summary"] = spec["summary"]
+        obj["results"] = spec["results"]
+    return obj
+
+
+def collection_path(rtype: ResourceType, namespace: str | None) -> str:
+    base = f"/apis/{rtype.group}/{rtype.version}"
+    if rtype.namespaced and namespace is not None:
+        return f"{base}/namespaces/{namespace}/{rtype.plural}"
+    return f"{base}/{rtype.plural}"

@@ -1,0 +1,34 @@
+"""Codec round trips of the pipeline's topics."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.messages import Change, Reply, WriteRequest
+
+text = st.text(max_size=20)
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**53, 2**53) | text,
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(text, c,
+                                                                                 max_size=3),
+                           max_leaves=10)
+
+
+@given(text, st.sampled_from(["create", "update", "delete"]), text, text,
+       st.none() | st.dictionaries(text, json_values, max_size=4))
+def test_write_request_round_trip(rid: str, op: str, ns: str, name: str, obj: dict | None) -> None:
+    r = WriteRequest(id=rid, op=op, resource="policyreports.wgpolicyk8s.io",  # type: ignore[arg-type]
+                     namespace=ns, name=name, reply_to="t", now="n", obj=obj)
+    assert WriteRequest.decode(r.encode()) == r
+
+
+@given(text, st.integers(0, 2**63), st.none() | st.dictionaries(text, json_values, max_size=4))
+def test_reply_round_trip(rid: str, rv: int, status: dict | None) -> None:
+    r = Reply(rid, rv, obj={"a": 1}, status=status)
+    assert Reply.decode(r.encode()) == r
+
+
+@given(st.sampled_from(["ADDED", "MODIFIED", "DELETED"]), st.integers(1, 2**63))
+def test_change_round_trip(etype: str, rv: int) -> None:
+    c = Change(etype, {"metadata": {"resourceVersion": str(rv)}}, rv, "req")  # type: ignore[arg-type]
+    assert Change.decode(c.encode(), "req") == c
