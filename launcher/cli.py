@@ -1,4 +1,9 @@
-"""The ``reports-pipeline`` command."""
+"""The ``reports-pipeline`` command.
+
+  up      the whole system on one machine (embedded broker and chDB by default)
+  worker  only the Faust agents (production: scaled on their own)
+  serve   only the frontend (production: behind the kube-apiserver aggregator)
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,13 @@ import logging
 import sys
 from pathlib import Path
 
-from launcher.system import AlreadyRunning, UpOptions, data_dir_lock, run_up
+from launcher.system import AlreadyRunning, ServeOptions, data_dir_lock, run
 from pipeline.settings import Settings
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="reports-pipeline", description=__doc__)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reports-pipeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log-level", default="WARNING")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run the whole system on one machine")
@@ -21,7 +27,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="where ClickHouse data, TLS files and the kubeconfig live")
     up.add_argument("--host", default="127.0.0.1", help="address the frontend listens on")
     up.add_argument("--port", type=int, default=0, help="frontend port (0: any free one)")
-    args = parser.parse_args(argv)
+    worker = sub.add_parser("worker", help="run only the Faust agents")
+    worker.add_argument("--data-dir", type=Path, default=Path("/var/lib/reports-pipeline"))
+    serve = sub.add_parser("serve", help="run only the frontend")
+    serve.add_argument("--data-dir", type=Path, default=Path("/var/lib/reports-pipeline"))
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument("--port", type=int, default=6443)
+    serve.add_argument("--tls-cert", type=Path, required=True)
+    serve.add_argument("--tls-key", type=Path, required=True)
+    serve.add_argument("--client-ca", type=Path,
+                       help="require client certificates signed by this CA (the aggregator's"
+                            " front-proxy CA); without it a bearer token under data-dir is"
+                            " required")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -30,12 +52,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reports-pipeline: {err}", file=sys.stderr)
         return 2
     if args.command == "up":
+        options = ServeOptions(args.data_dir, host=args.host, port=args.port)
         try:
             with data_dir_lock(args.data_dir):
-                asyncio.run(run_up(settings, UpOptions(args.data_dir, args.host, args.port)))
+                asyncio.run(run(settings, options))
         except AlreadyRunning as err:
             print(f"reports-pipeline: {err}", file=sys.stderr)
             return 1
+        return 0
+    if not (settings.kafka_bootstrap and settings.clickhouse_url):
+        print("reports-pipeline: worker and serve need KAFKA_BOOTSTRAP and CLICKHOUSE_URL;"
+              " use `up` for the embedded defaults", file=sys.stderr)
+        return 2
+    if args.command == "worker":
+        options = ServeOptions(args.data_dir, frontend=False)
+    else:
+        options = ServeOptions(args.data_dir, worker=False, host=args.host, port=args.port,
+                               tls_cert=args.tls_cert, tls_key=args.tls_key,
+                               client_ca=args.client_ca, write_kubeconfig=False)
+    asyncio.run(run(settings, options))
     return 0
 
 

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,10 +71,18 @@ class _Server(uvicorn.Server):
 
 
 @dataclass
-class UpOptions:
+class ServeOptions:
+    """How a process runs: which parts, and how the frontend listens."""
+
     data_dir: Path
+    worker: bool = True
+    frontend: bool = True
     host: str = "127.0.0.1"
     port: int = 0
+    tls_cert: Path | None = None  # None: a self-signed one under data_dir
+    tls_key: Path | None = None
+    client_ca: Path | None = None  # require client certificates signed by this CA
+    write_kubeconfig: bool = True
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -86,12 +95,15 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 class System:
-    """Every part of the system but the HTTP listener, started in order and
-    stopped in reverse; ``app`` is the frontend's ASGI application."""
+    """The parts one process runs (the Faust worker, the frontend, or both),
+    started in order and stopped in reverse; ``app`` is the frontend's ASGI
+    application."""
 
-    def __init__(self, settings: Settings, data_dir: Path):
+    def __init__(self, settings: Settings, data_dir: Path, *, worker: bool = True,
+                 frontend: bool = True, token: bool = True):
         self.settings = settings
         self.data_dir = data_dir.resolve()
+        self._roles = (worker, frontend, token)
         self._stack = contextlib.AsyncExitStack()
         self.bootstrap = settings.kafka_bootstrap
         self.token = ""
@@ -107,6 +119,8 @@ class System:
 
     async def _start(self) -> None:
         settings, stack = self.settings, self._stack
+        worker, frontend, token = self._roles
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.bootstrap:
             broker = EmbeddedBroker(log_file=self.data_dir / "broker.log")
             await broker.start()
@@ -118,62 +132,84 @@ class System:
         await store.start()
         stack.push_async_callback(store.close)
 
-        worker = build_app(settings, store, bootstrap=self.bootstrap, data_dir=self.data_dir)
-        await worker.start()
-        stack.push_async_callback(worker.stop)
-
+        if worker:
+            app = build_app(settings, store, bootstrap=self.bootstrap, data_dir=self.data_dir)
+            await app.start()
+            stack.push_async_callback(app.stop)
+        if not frontend:
+            return
         changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
         await changelog.start()
         stack.push_async_callback(changelog.stop)
         writer = Writer(settings, bootstrap=self.bootstrap)
         await writer.start()
         stack.push_async_callback(writer.stop)
-        stack.push_async_callback(_drain, store, changelog)
+        if worker:
+            stack.push_async_callback(_drain, store, changelog)
 
         service = ReportService(store=store, changelog=changelog, writer=writer)
-        self.token = ensure_token(self.data_dir / "tls")
-        self.app = create_app(service, settings, token=self.token)
+        if token:
+            self.token = ensure_token(self.data_dir / "tls")
+        self.app = create_app(service, settings, token=self.token or None)
 
     async def stop(self) -> None:
         await self._stack.aclose()
 
 
-async def run_up(settings: Settings, options: UpOptions) -> None:
+async def run(settings: Settings, options: ServeOptions) -> None:
+    """Run until SIGINT or SIGTERM, then stop everything."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    system = System(settings, options.data_dir)
+    system = System(settings, options.data_dir, worker=options.worker,
+                    frontend=options.frontend, token=options.client_ca is None)
     await system.start()
     try:
-        assert system.app is not None
+        waiter = asyncio.create_task(stop.wait(), name="stop-signal")
+        if system.app is None:
+            print("reports-pipeline worker is running", flush=True)
+            await waiter
+        else:
+            await _serve(system, options, waiter)
+        print("reports-pipeline is stopping", file=sys.stderr, flush=True)
+    finally:
+        await system.stop()
+
+
+async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[bool]) -> None:
+    assert system.app is not None
+    cert, key = options.tls_cert, options.tls_key
+    if cert is None or key is None:
         cert, key = ensure_certificate(system.data_dir / "tls")
-        sock = _listen(options.host, options.port)
-        port = sock.getsockname()[1]
-        server = _Server(uvicorn.Config(
-            system.app, ssl_certfile=str(cert), ssl_keyfile=str(key), log_level="warning",
-            access_log=False, lifespan="off", timeout_graceful_shutdown=10))
-        serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
-        try:
-            while not server.started:
-                if serving.done():
-                    await serving
-                    raise RuntimeError("the HTTP server did not start")
-                await asyncio.sleep(0.01)
+    sock = _listen(options.host, options.port)
+    port = sock.getsockname()[1]
+    tls: dict[str, object] = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    if options.client_ca is not None:
+        tls.update(ssl_ca_certs=str(options.client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
+    server = _Server(uvicorn.Config(system.app, log_level="warning", access_log=False,
+                                    lifespan="off", timeout_graceful_shutdown=10,
+                                    **tls))  # type: ignore[arg-type]
+    serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
+    try:
+        while not server.started:
+            if serving.done():
+                await serving
+                raise RuntimeError("the HTTP server did not start")
+            await asyncio.sleep(0.01)
+        if options.write_kubeconfig:
             kubeconfig = system.data_dir / "kubeconfig"
             write_kubeconfig(kubeconfig, server=f"https://127.0.0.1:{port}", cert_file=cert,
                              token=system.token)
             print(f"reports-pipeline is ready: kubectl --kubeconfig {kubeconfig} get polr -A",
                   flush=True)
-            waiter = asyncio.create_task(stop.wait(), name="stop-signal")
-            await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            print("reports-pipeline is stopping", file=sys.stderr, flush=True)
-        finally:
-            server.should_exit = True
-            await serving
+        else:
+            print(f"reports-pipeline frontend is serving on {options.host}:{port}", flush=True)
+        await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
     finally:
-        await system.stop()
+        server.should_exit = True
+        await serving
 
 
 async def _drain(store: ReportStore, changelog: ChangeLog, timeout: float = 15.0) -> None:

@@ -61,7 +61,8 @@ def test_update_with_stale_resource_version_conflicts() -> None:
 def test_update_keeps_identity_and_bumps_generation() -> None:
     cur = created(5)
     obj = report(POLR, "a", "ns", fail=2)
-    obj["metadata"].update(resourceVersion="5", uid="forged", creationTimestamp="1999-01-01T00:00:00Z")
+    obj["metadata"].update(resourceVersion="5", uid="forged",
+                           creationTimestamp="1999-01-01T00:00:00Z")
     d = decide(req("update", "u", obj), cur, 9)
     assert d.change is not None and d.change.type == "MODIFIED"
     meta = d.change.obj["metadata"]

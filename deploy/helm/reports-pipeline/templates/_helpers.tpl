@@ -1,0 +1,24 @@
+{{- define "rp.name" -}}reports-pipeline{{- end -}}
+{{- define "rp.labels" -}}
+app.kubernetes.io/name: {{ include "rp.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+{{- define "rp.env" -}}
+- name: KAFKA_BOOTSTRAP
+  value: {{ .Values.kafka.bootstrap | quote }}
+{{- if .Values.clickhouse.existingSecret }}
+- name: CLICKHOUSE_URL
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.clickhouse.existingSecret }}, key: CLICKHOUSE_URL}
+{{- else }}
+- name: CLICKHOUSE_URL
+  value: {{ .Values.clickhouse.url | quote }}
+{{- end }}
+- name: REPORTS_DATABASE
+  value: {{ .Values.database | quote }}
+- name: REPORTS_TOPIC_PREFIX
+  value: {{ .Values.topicPrefix | quote }}
+- name: REPORTS_CLUSTER
+  value: {{ .Values.cluster | quote }}
+{{- end -}}
