@@ -9,7 +9,6 @@ redelivery of a request is harmless.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +163,3 @@ def current_after(change: Change) -> Current:
     return Current(change.resource_version, change.obj, change.type == "DELETED",
                    change.request_id)
 
-
-def deep_copy(obj: JSON) -> JSON:
-    return copy.deepcopy(obj)

@@ -72,9 +72,11 @@ class Settings:
         for f in fields(cls):
             var = names.get(f.name, "REPORTS_" + f.name.upper())
             if var in env:
-                default = f.default
-                raw = env[var]
-                values[f.name] = type(default)(raw) if not isinstance(default, str) else raw
+                convert = {"int": int, "float": float}.get(str(f.type), str)
+                try:
+                    values[f.name] = convert(env[var])
+                except ValueError as err:
+                    raise ValueError(f"{var}={env[var]!r} is not a valid {f.type}") from err
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)  # type: ignore[arg-type]
         if not _IDENT.match(settings.database):

@@ -56,9 +56,10 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
     committer = Committer(store, tail)
     app.committer = committer  # type: ignore[attr-defined]
 
-    @app.on_partitions_revoked.connect
-    async def _revoked(sender: Any, revoked: Any, **_: Any) -> None:
+    def _revoked(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
         committer.invalidate()
+
+    app.on_partitions_revoked.connect(_revoked)
 
     @app.agent(requests, name="commit")
     async def commit(stream: Any) -> None:
