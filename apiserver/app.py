@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,11 +14,11 @@ import yaml
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from apiserver import discovery, openapi, tables, validation
+from apiserver import discovery, openapi, patching, tables, validation, watching
 from apiserver.errors import (
     ApiError,
     BadRequest,
@@ -30,12 +31,14 @@ from apiserver.errors import (
     cause,
     invalid,
 )
-from apiserver.service import ReportService
+from apiserver.selectors import parse_field_selector, parse_label_selector
+from apiserver.service import Item, ListQuery, ListResult, ReportService
 from pipeline.resources import ResourceType, by_path
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
+META_GROUP = "meta.k8s.io"
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None
@@ -75,30 +78,51 @@ def parse_target(path_params: dict[str, str]) -> Target:
     return Target(rtype, namespace, parts[1] if len(parts) == 2 else None)
 
 
-def wants(request: Request) -> str:
+def wants(request: Request, *, collection: bool = False) -> str:
     """The representation the client accepts: json, yaml, table or metadata."""
     accept = request.headers.get("accept", "") or "*/*"
     for clause in accept.split(","):
         media, *params = [p.strip() for p in clause.split(";")]
         opts = dict(p.split("=", 1) for p in params if "=" in p)
-        if opts.get("as") == "Table" and opts.get("g", "meta.k8s.io") == "meta.k8s.io":
-            return "table"
-        if opts.get("as"):
+        if media not in ("application/json", "application/*", "*/*", "application/yaml",
+                         "application/json+stream"):
             continue
-        if media in ("application/json", "application/*", "*/*", "application/json+stream"):
-            return "json"
-        if media == "application/yaml":
-            return "yaml"
-    raise NotAcceptable(f"only application/json, application/yaml and Table are served, not"
-                        f" {accept!r}")
+        as_ = opts.get("as")
+        if as_:
+            if opts.get("g", META_GROUP) != META_GROUP or opts.get("v", "v1") not in (
+                    "v1", "v1beta1"):
+                continue
+            if as_ == "Table":
+                return "table"
+            if as_ == "PartialObjectMetadataList" and collection:
+                return "metadata"
+            if as_ == "PartialObjectMetadata" and (not collection or "watch" in opts):
+                return "metadata"
+            continue
+        return "yaml" if media == "application/yaml" else "json"
+    raise NotAcceptable(f"only application/json, application/yaml, Table and"
+                        f" PartialObjectMetadata are served, not {accept!r}")
 
 
-def render(request: Request, body: Any, status: int = 200) -> Response:
-    kind = wants(request)
-    if kind == "yaml":
-        return Response(yaml.safe_dump(body, sort_keys=False), status_code=status,
-                        media_type="application/yaml")
-    return json_response(body, status)
+def _query_flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("true", "1")
+
+
+def _dry_run(request: Request) -> bool:
+    values = request.query_params.getlist("dryRun")
+    for value in values:
+        if value != "All":
+            raise BadRequest(f'unsupported dryRun value "{value}": only "All" is supported')
+    return bool(values)
+
+
+def _limit(request: Request) -> int:
+    text = request.query_params.get("limit", "0") or "0"
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadRequest(f'invalid limit "{text}"') from None
+    return max(value, 0)
 
 
 class Handlers:
@@ -106,20 +130,23 @@ class Handlers:
         self._service = service
         self._settings = settings
 
-    async def _body(self, request: Request) -> JSON:
-        media = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    # -- bodies -----------------------------------------------------------
+    async def _raw_body(self, request: Request) -> bytes:
         length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > self._settings.max_body_bytes:
-            raise RequestEntityTooLarge(
-                f"the request body is larger than {self._settings.max_body_bytes} bytes")
+        limit = self._settings.max_body_bytes
+        if length and length.isdigit() and int(length) > limit:
+            raise RequestEntityTooLarge(f"the request body is larger than {limit} bytes")
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > self._settings.max_body_bytes:
-                raise RequestEntityTooLarge(
-                    f"the request body is larger than {self._settings.max_body_bytes} bytes")
+            if size > limit:
+                raise RequestEntityTooLarge(f"the request body is larger than {limit} bytes")
             chunks.append(chunk)
-        raw = b"".join(chunks)
+        return b"".join(chunks)
+
+    async def _body(self, request: Request) -> JSON:
+        media = _media(request)
+        raw = await self._raw_body(request)
         if media in ("application/json", ""):
             return validation.parse_body(raw)
         if media == "application/yaml":
@@ -132,56 +159,218 @@ class Handlers:
             return value
         raise UnsupportedMediaType(f"the body of the request was in an unknown format: {media}")
 
-    async def collection(self, request: Request) -> Response:
+    def _checked(self, request: Request, rtype: ResourceType, obj: JSON, *, namespace: str,
+                 name: str | None, warnings: list[str]) -> JSON:
+        obj = validation.check_object(rtype, obj, namespace=namespace, name=name)
+        mode = request.query_params.get("fieldValidation", "Warn") or "Warn"
+        if mode not in ("Ignore", "Warn", "Strict"):
+            raise BadRequest(f'fieldValidation "{mode}" is invalid: use Ignore, Warn or Strict')
+        unknown = openapi.unknown_fields(rtype, obj)
+        if unknown:
+            if mode == "Strict":
+                raise BadRequest("strict decoding error: " + ", ".join(
+                    f'unknown field "{f}"' for f in unknown))
+            if mode == "Warn":
+                warnings += [f'unknown field "{f}"' for f in unknown]
+            obj = openapi.prune(rtype, obj)
+        return obj
+
+    # -- routing ----------------------------------------------------------
+    async def resource(self, request: Request) -> Response:
         target = parse_target(dict(request.path_params))
-        if target.name is not None:
-            return await self.item(request, target)
+        if target.name is None:
+            return await self.collection(request, target)
+        return await self.item(request, target)
+
+    def _query(self, request: Request, target: Target) -> ListQuery:
+        return ListQuery(target.rtype, target.namespace,
+                         parse_label_selector(request.query_params.get("labelSelector")),
+                         parse_field_selector(request.query_params.get("fieldSelector")))
+
+    async def collection(self, request: Request, target: Target) -> Response:
         rtype = target.rtype
-        if rtype.namespaced and target.namespace is None and request.method == "POST":
-            raise MethodNotAllowed("create needs a namespace in the URL")
-        if request.method == "GET":
+        method = request.method
+        if method == "GET":
+            kind = wants(request, collection=not _query_flag(request, "watch"))
+            query = self._query(request, target)
+            if _query_flag(request, "watch"):
+                return self._watch(request, query, kind)
+            result = await self._service.list_objects(
+                query, limit=_limit(request),
+                continue_token=request.query_params.get("continue", ""),
+                resource_version=request.query_params.get("resourceVersion"),
+                match=request.query_params.get("resourceVersionMatch"))
+            return await _list_response(rtype, kind, result)
+        if method == "POST":
+            if rtype.namespaced and target.namespace is None:
+                raise MethodNotAllowed("create needs a namespace in the URL")
             kind = wants(request)
-            rv, items = await self._service.list(rtype, target.namespace)
-            if kind == "table":
-                return json_response(tables.table(rtype, items, resource_version=str(rv)))
-            return render(request, {"apiVersion": rtype.api_version, "kind": rtype.list_kind,
-                                    "metadata": {"resourceVersion": str(rv)}, "items": items})
-        if request.method == "POST":
-            wants(request)
-            obj = validation.check_object(rtype, await self._body(request),
-                                          namespace=target.namespace or "", name=None)
-            created = await self._service.create(rtype, target.namespace or "", obj)
-            return render(request, created, 201)
-        raise MethodNotAllowed(f"{request.method} is not supported on a collection")
+            warnings: list[str] = []
+            obj = self._checked(request, rtype, await self._body(request),
+                                namespace=target.namespace or "", name=None, warnings=warnings)
+            created = await self._service.create(rtype, target.namespace or "", obj,
+                                                 dry_run=_dry_run(request))
+            return _object_response(rtype, kind, created, 201, warnings)
+        if method == "DELETE":
+            kind = wants(request)
+            rv, deleted = await self._service.delete_collection(
+                self._query(request, target), dry_run=_dry_run(request))
+            return await _list_response(rtype, kind, ListResult(rv, _items(deleted)))
+        raise MethodNotAllowed(f"{method} is not supported on a collection")
 
     async def item(self, request: Request, target: Target) -> Response:
         rtype, ns, name = target.rtype, target.namespace or "", target.name or ""
         if rtype.namespaced and target.namespace is None:
             raise NotFound("the server could not find the requested resource")
         kind = wants(request)
-        if request.method == "GET":
-            obj = await self._service.get(rtype, ns, name)
-            if kind == "table":
-                return json_response(tables.table(
-                    rtype, [obj], resource_version=obj["metadata"]["resourceVersion"]))
-            return render(request, obj)
-        if request.method == "PUT":
-            obj = validation.check_object(rtype, await self._body(request), namespace=ns,
-                                          name=name)
+        method = request.method
+        warnings: list[str] = []
+        if method == "GET":
+            obj = await self._service.get(
+                rtype, ns, name, resource_version=request.query_params.get("resourceVersion"))
+            return _object_response(rtype, kind, obj)
+        if method == "PUT":
+            obj = self._checked(request, rtype, await self._body(request), namespace=ns,
+                                name=name, warnings=warnings)
             if not obj["metadata"].get("resourceVersion"):
                 raise invalid(rtype.kind, name, rtype.group, [cause(
                     "metadata.resourceVersion",
                     "Invalid value: 0x0: must be specified for an update")])
-            return render(request, await self._service.update(rtype, ns, name, obj))
-        if request.method == "DELETE":
+            updated = await self._service.update(rtype, ns, name, obj,
+                                                 dry_run=_dry_run(request))
+            return _object_response(rtype, kind, updated, 200, warnings)
+        if method == "PATCH":
+            content_type = _media(request)
+            patch = patching.parse(content_type, await self._raw_body(request))
+            if content_type == patching.APPLY and isinstance(patch, dict):
+                patch = self._checked(request, rtype, patch, namespace=ns, name=name,
+                                      warnings=warnings)
+            obj, created = await self._service.patch(
+                rtype, ns, name, content_type=content_type, patch=patch,
+                manager=request.query_params.get("fieldManager", ""),
+                dry_run=_dry_run(request))
+            return _object_response(rtype, kind, obj, 201 if created else 200, warnings)
+        if method == "DELETE":
             pre: JSON = {}
+            dry_run = _dry_run(request)
             if await _has_body(request):
                 options = await self._body(request)
                 given = options.get("preconditions")
                 if isinstance(given, dict):
                     pre = {k: v for k, v in given.items() if k in ("uid", "resourceVersion")}
-            return render(request, await self._service.delete(rtype, ns, name, pre))
-        raise MethodNotAllowed(f"{request.method} is not supported on an object")
+                dry_run = dry_run or options.get("dryRun") == ["All"]
+            deleted = await self._service.delete(rtype, ns, name, pre, dry_run=dry_run)
+            return _object_response(rtype, kind, deleted)
+        raise MethodNotAllowed(f"{method} is not supported on an object")
+
+    def _watch(self, request: Request, query: ListQuery, kind: str) -> Response:
+        params = request.query_params
+        timeout = params.get("timeoutSeconds")
+        try:
+            seconds = float(timeout) if timeout else 1800.0
+        except ValueError:
+            raise BadRequest(f'invalid timeoutSeconds "{timeout}"') from None
+        initial = params.get("sendInitialEvents")
+        options = watching.WatchOptions(
+            resource_version=params.get("resourceVersion"),
+            send_initial_events=None if initial is None else initial.lower() == "true",
+            bookmarks=_query_flag(request, "allowWatchBookmarks"), timeout=seconds)
+        render = _event_renderer(query.rtype, kind)
+        return StreamingResponse(watching.stream(self._service, query, options, render),
+                                 media_type="application/json")
+
+
+def _media(request: Request) -> str:
+    return request.headers.get("content-type", "application/json").split(";")[0].strip()
+
+
+async def _items(objects: list[JSON]) -> AsyncIterator[Item]:
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        yield Item(meta.get("namespace", ""), meta.get("name", ""), 0, obj=obj)
+
+
+def _object_response(rtype: ResourceType, kind: str, obj: JSON, status: int = 200,
+                     warnings: list[str] | None = None) -> Response:
+    headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
+    if kind == "table":
+        body: Any = tables.table(rtype, [obj], resource_version=str(
+            obj["metadata"].get("resourceVersion", "")))
+    elif kind == "metadata":
+        body = tables.partial_metadata(obj)
+    else:
+        body = obj
+    if kind == "yaml":
+        return Response(yaml.safe_dump(body, sort_keys=False), status_code=status,
+                        media_type="application/yaml", headers=headers)
+    return json_response(body, status, headers)
+
+
+async def _list_response(rtype: ResourceType, kind: str, result: ListResult) -> Response:
+    if kind == "yaml":
+        items = [item.object() async for item in result.items]
+        body = {"apiVersion": rtype.api_version, "kind": rtype.list_kind,
+                "metadata": _list_meta(result), "items": items}
+        return Response(yaml.safe_dump(body, sort_keys=False), media_type="application/yaml")
+    return StreamingResponse(_list_chunks(rtype, kind, result), media_type="application/json")
+
+
+def _list_meta(result: ListResult) -> JSON:
+    meta: JSON = {"resourceVersion": str(result.resource_version)}
+    if result.continue_token:
+        meta["continue"] = result.continue_token
+    return meta
+
+
+async def _list_chunks(rtype: ResourceType, kind: str, result: ListResult
+                       ) -> AsyncIterator[bytes]:
+    """A list as JSON, written as its items arrive: memory stays flat however
+    long the list. ``metadata`` comes last, once the continue token is known."""
+    if kind == "table":
+        yield (b'{"kind":"Table","apiVersion":"meta.k8s.io/v1","columnDefinitions":'
+               + orjson.dumps(tables.COLUMNS) + b',"rows":[')
+    elif kind == "metadata":
+        yield b'{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","items":['
+    else:
+        yield orjson.dumps({"apiVersion": rtype.api_version, "kind": rtype.list_kind})[:-1] \
+            + b',"items":['
+    first = True
+    batch: list[bytes] = []
+    now = tables.now()
+    async for item in result.items:
+        if kind == "table":
+            chunk = orjson.dumps(tables.row(rtype, item.object(), now))
+        elif kind == "metadata":
+            chunk = orjson.dumps(tables.partial_metadata(item.object()))
+        else:
+            chunk = item.json()
+        batch.append(chunk if first else b"," + chunk)
+        first = False
+        if len(batch) >= 100:
+            yield b"".join(batch)
+            batch = []
+    batch.append(b'],"metadata":' + orjson.dumps(_list_meta(result)) + b"}")
+    yield b"".join(batch)
+
+
+def _event_renderer(rtype: ResourceType, kind: str) -> watching.Render:
+    first = [True]
+
+    def render(etype: str, obj: JSON) -> bytes:
+        if etype in ("ERROR", "BOOKMARK"):
+            body = obj if etype == "ERROR" or kind != "metadata" else tables.partial_metadata(obj)
+        elif kind == "table":
+            body = tables.table(rtype, [obj], resource_version=str(
+                obj["metadata"].get("resourceVersion", "")))
+            if not first[0]:
+                body["columnDefinitions"] = []
+            first[0] = False
+        elif kind == "metadata":
+            body = tables.partial_metadata(obj)
+        else:
+            body = obj
+        return orjson.dumps({"type": etype, "object": body}) + b"\n"
+    return render
 
 
 async def _has_body(request: Request) -> bool:
@@ -262,14 +451,13 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error serving %s %s", request.method, request.url.path)
-        err = ApiError("an internal error occurred; see the server log")
-        return error_response(err)
+        return error_response(ApiError("an internal error occurred; see the server log"))
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     routes = [
         Route("/api", api), Route("/apis", apis), Route("/apis/{group}", group),
         Route("/apis/{group}/{version}", group_version),
-        Route("/apis/{group}/{version}/{rest:path}", handlers.collection, methods=methods),
+        Route("/apis/{group}/{version}/{rest:path}", handlers.resource, methods=methods),
         Route("/openapi/v2", openapi_v2), Route("/openapi/v3", openapi_v3_index),
         Route("/openapi/v3/apis/{group}/{version}", openapi_v3),
         Route("/version", version), Route("/healthz", healthz), Route("/livez", healthz),

@@ -34,6 +34,28 @@ Key = tuple[str, str, str]
 class Event:
     key: Key
     change: Change
+    #: The key's previous version, when the cache still held it.
+    previous: Change | None = None
+
+
+class Expired(Exception):
+    """The requested resourceVersion is older than the cache's history."""
+
+
+class Subscription:
+    """Events for one watcher, in order; ``overflowed`` when the watcher fell
+    too far behind and must start again."""
+
+    def __init__(self, limit: int):
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._limit = limit
+        self.overflowed = False
+
+    def offer(self, event: Event) -> None:
+        if self.queue.qsize() >= self._limit:
+            self.overflowed = True
+        if not self.overflowed:
+            self.queue.put_nowait(event)
 
 
 class ChangeLog:
@@ -48,9 +70,11 @@ class ChangeLog:
         self._position = 0  # next offset to read
         self._rv = 0  # highest resourceVersion seen
         self._floor = 0  # every change at or below this is in ClickHouse
+        self._history = 0  # the cache holds every change after this
         self._watermark = 0  # last known ClickHouse watermark
         self._advanced = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._subscribers: set[Subscription] = set()
 
     @property
     def resource_version(self) -> int:
@@ -68,6 +92,7 @@ class ChangeLog:
         start = await kafka.start_offset(self._consumer, self._tp, progress)
         if progress is not None and start == progress.offset + 1:
             self._floor = progress.resource_version
+        self._history = max(self._floor, self._watermark)
         self._consumer.seek(self._tp, start)
         self._position = start
         self._task = asyncio.create_task(self._run(), name="changelog-tail")
@@ -99,7 +124,12 @@ class ChangeLog:
                 self._position = record.offset + 1
                 if change is None or change.resource_version <= self._floor:
                     continue
-                self._append(Event(identity(change.obj), change))
+                key = identity(change.obj)
+                before = self._latest.get(key)
+                event = Event(key, change, before.change if before else None)
+                self._append(event)
+                for sub in self._subscribers:
+                    sub.offer(event)
             async with self._advanced:
                 self._advanced.notify_all()
 
@@ -110,6 +140,7 @@ class ChangeLog:
         while len(self._events) > self._settings.watch_cache_size:
             old = self._events.popleft()
             self._floor = old.change.resource_version
+            self._history = max(self._history, self._floor)
             if self._latest.get(old.key) is old:
                 del self._latest[old.key]
 
@@ -141,6 +172,20 @@ class ChangeLog:
                         await asyncio.sleep(0.02)
         except TimeoutError as err:
             raise Unavailable("the change log is behind; retry", retry_after=1) from err
+
+    def subscribe(self, since: int, *, limit: int = 10000) -> tuple[list[Event], Subscription]:
+        """Events after resourceVersion ``since`` from the cache, and a
+        subscription to every later one. Raises Expired when the cache no longer
+        reaches back to ``since``."""
+        if since < self._history:
+            raise Expired(f"too old resource version: {since} ({self._history})")
+        backlog = [e for e in self._events if e.change.resource_version > since]
+        sub = Subscription(limit)
+        self._subscribers.add(sub)
+        return backlog, sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self._subscribers.discard(sub)
 
     def latest(self, key: Key) -> Change | None:
         event = self._latest.get(key)

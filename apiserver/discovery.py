@@ -8,7 +8,7 @@ from pipeline.resources import RESOURCES, ResourceType, groups
 
 JSON = dict[str, Any]
 
-VERBS = ["create", "delete", "get", "list", "update"]
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 SERVER_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-reports-pipeline",
                   "gitCommit": "", "gitTreeState": "clean", "buildDate": "",
                   "goVersion": "", "compiler": "", "platform": "linux/amd64"}

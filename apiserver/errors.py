@@ -56,6 +56,10 @@ class Conflict(ApiError):
     code, reason = 409, "Conflict"
 
 
+class Gone(ApiError):
+    code, reason = 410, "Expired"
+
+
 class RequestEntityTooLarge(ApiError):
     code, reason = 413, "RequestEntityTooLarge"
 

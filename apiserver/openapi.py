@@ -79,7 +79,7 @@ def _body(r: ResourceType) -> JSON:
         "results": _s("Results of policy rules.", "array", items=RESULT),
     }
     if r.body_path:
-        props["owner"] = _object_ref("The resource the report is about.")
+        props["owner"] = _owner_ref("The resource the report is about.")
         return {"spec": _s("The report.", "object", properties=props)}
     props["scope"] = _object_ref("The resource the report is about.")
     props["scopeSelector"] = _label_selector("Selects the resources the report is about.")
@@ -92,8 +92,22 @@ def _body(r: ResourceType) -> JSON:
     return props
 
 
+def _owner_ref(desc: str) -> JSON:
+    return _s(desc, "object", required=["apiVersion", "kind", "name", "uid"], properties={
+        "apiVersion": _s("API version of the referent."),
+        "kind": _s("Kind of the referent."), "name": _s("Name of the referent."),
+        "uid": _s("UID of the referent."),
+        "controller": _s("Whether the referent is the managing controller.", "boolean"),
+        "blockOwnerDeletion": _s("Whether the owner cannot be deleted before this object.",
+                                 "boolean"),
+    })
+
+
 def _object_meta() -> JSON:
     return _s("Standard object metadata.", "object", properties={
+        "selfLink": _s("Deprecated link to the object."),
+        "deletionGracePeriodSeconds": _s("Seconds allowed for graceful deletion.", "integer",
+                                         format="int64"),
         "name": _s("Name, unique within a namespace."),
         "generateName": _s("Prefix for a server-generated name."),
         "namespace": _s("Namespace of the object."),
@@ -108,9 +122,19 @@ def _object_meta() -> JSON:
         "finalizers": _s("Finalizers that must be removed before deletion.", "array",
                          items={"type": "string"}),
         "ownerReferences": _s("Objects this object depends on.", "array",
-                              items=_object_ref("An owner.")),
+                              items=_owner_ref("An owner.")),
         "managedFields": _s("Field ownership, as server-side apply records it.", "array",
-                            items={"type": "object"}),
+                            items=_s("One manager's fields.", "object", properties={
+                                "manager": _s("Name of the manager."),
+                                "operation": _s("Apply or Update."),
+                                "apiVersion": _s("Version of the applied object."),
+                                "time": _s("When the fields were last changed.",
+                                           format="date-time"),
+                                "fieldsType": _s("Format of fieldsV1."),
+                                "fieldsV1": _s("The fields.", "object",
+                                               **{"x-kubernetes-preserve-unknown-fields": True}),
+                                "subresource": _s("Subresource written."),
+                            })),
     })
 
 
@@ -156,10 +180,15 @@ def _paths(resources: list[ResourceType], v3: bool) -> JSON:
         base = f"/apis/{r.group}/{r.version}/" + ("namespaces/{namespace}/" if r.namespaced
                                                   else "")
         paths[f"{base}{r.plural}"] = {"post": {**op, "operationId": f"create{r.kind}"}}
+        patch_types = ["application/json-patch+json", "application/merge-patch+json",
+                       "application/apply-patch+yaml"]
+        body = ({"requestBody": {"content": {t: {"schema": {"type": "object"}}
+                                             for t in patch_types}}} if v3
+                else {"consumes": patch_types})
         paths[f"{base}{r.plural}/{{name}}"] = {
             "get": {"operationId": f"read{r.kind}", "responses": op["responses"]},
             "put": {**op, "operationId": f"replace{r.kind}"},
-            "patch": {**op, "operationId": f"patch{r.kind}"}}
+            "patch": {**op, **body, "operationId": f"patch{r.kind}"}}
     return paths
 
 
@@ -199,3 +228,64 @@ def v3_index() -> bytes:
         paths[f"apis/{r.group}/{r.version}"] = {
             "serverRelativeURL": f"/openapi/v3/apis/{r.group}/{r.version}?hash={digest}"}
     return orjson.dumps({"paths": paths})
+
+
+# -- unknown fields ------------------------------------------------------------
+
+@cache
+def _resolved(rtype_id: str) -> JSON:
+    from pipeline.resources import by_id
+
+    r = by_id(rtype_id)
+    schemas = _schemas([r], True)
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(schemas[node["$ref"].rsplit("/", 1)[1]])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+    resolved: JSON = resolve(schemas[_schema_name(r)])
+    return resolved
+
+
+def _walk(schema: JSON, value: Any, path: str, found: list[str], prune: bool) -> Any:
+    if isinstance(value, dict) and schema.get("type") == "object":
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return value
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        out = {}
+        for key, sub in value.items():
+            where = f"{path}.{key}" if path else key
+            if props is not None and key in props:
+                out[key] = _walk(props[key], sub, where, found, prune)
+            elif isinstance(extra, dict):
+                out[key] = _walk(extra, sub, where, found, prune)
+            elif props is None and extra is None:
+                out[key] = sub
+            else:
+                found.append(where)
+                if not prune:
+                    out[key] = sub
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_walk(schema["items"], v, f"{path}[{i}]", found, prune)
+                for i, v in enumerate(value)]
+    return value
+
+
+def unknown_fields(rtype: ResourceType, obj: JSON) -> list[str]:
+    """Paths of fields the resource's schema does not declare."""
+    found: list[str] = []
+    _walk(_resolved(rtype.id), obj, "", found, False)
+    return found
+
+
+def prune(rtype: ResourceType, obj: JSON) -> JSON:
+    """``obj`` without the fields its schema does not declare, as the
+    kube-apiserver prunes custom resources."""
+    pruned: JSON = _walk(_resolved(rtype.id), obj, "", [], True)
+    return pruned

@@ -3,87 +3,299 @@ tail for reads, the committer (through Kafka) for writes."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from apiserver.changelog import ChangeLog
-from apiserver.errors import NotFound, Unavailable
+from apiserver import paging, patching, validation
+from apiserver.changelog import ChangeLog, Expired
+from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, Timeout, Unavailable
+from apiserver.selectors import FieldSelector, LabelSelector
 from apiserver.writes import Writer
+from pipeline.messages import Change
 from pipeline.resources import ResourceType
-from pipeline.store import ReportStore, StoreError
+from pipeline.store import ReportStore, StoredObject, StoreError
 
 JSON = dict[str, Any]
+PAGE = 500
+PATCH_RETRIES = 5
 
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True)
+class ListQuery:
+    rtype: ResourceType
+    namespace: str | None
+    labels: LabelSelector = LabelSelector()
+    fields: FieldSelector = FieldSelector()
+
+    def digest(self) -> str:
+        return paging.query_digest(self.rtype.id, self.namespace or "", repr(self.labels),
+                                   repr(self.fields))
+
+    def matches(self, obj: JSON) -> bool:
+        meta = obj.get("metadata") or {}
+        return self.labels.matches(meta.get("labels")) and self.fields.matches(obj)
+
+
+@dataclass
+class Item:
+    """One object of a list: the raw JSON from ClickHouse or a decoded object
+    from the change log; each form is made from the other only when asked."""
+
+    namespace: str
+    name: str
+    resource_version: int
+    raw: str | None = None
+    obj: JSON | None = None
+
+    def object(self) -> JSON:
+        if self.obj is None:
+            assert self.raw is not None
+            self.obj = orjson.loads(self.raw)
+        return self.obj
+
+    def json(self) -> bytes:
+        return self.raw.encode() if self.raw is not None else orjson.dumps(self.obj)
+
+
+@dataclass
+class ListResult:
+    resource_version: int
+    items: AsyncIterator[Item]
+    #: Set once ``items`` is exhausted, when there is a further page.
+    continue_token: str = field(default="")
+
+
+def _stored(row: StoredObject) -> Item:
+    return Item(row.namespace, row.name, row.resource_version, raw=row.raw)
+
+
 class ReportService:
     def __init__(self, *, store: ReportStore, changelog: ChangeLog, writer: Writer):
         self._store = store
-        self._changelog = changelog
+        self.changelog = changelog
         self._writer = writer
 
-    async def _read(self, coro: Any) -> Any:
+    # -- reads ------------------------------------------------------------
+    async def _sync(self, resource_version: str | None, match: str | None) -> int:
+        """Bring the cache to the freshness a read asks for; returns the
+        resourceVersion the read is served at."""
+        if match not in (None, "", "NotOlderThan", "Exact"):
+            raise BadRequest(f'resourceVersionMatch "{match}" is not supported: use'
+                             ' NotOlderThan or Exact')
+        if match and not resource_version:
+            raise BadRequest("resourceVersionMatch is forbidden unless resourceVersion is"
+                             " provided")
+        if not resource_version:
+            await self.changelog.sync()
+            return self.changelog.resource_version
+        wanted = parse_resource_version(resource_version)
+        if match == "Exact" and wanted == 0:
+            raise BadRequest('resourceVersionMatch "Exact" is forbidden for resourceVersion'
+                             ' "0"')
+        if wanted:
+            try:
+                await self.changelog.wait_for(wanted, timeout=3)
+            except Unavailable as err:
+                raise Timeout(f"Too large resource version: {wanted}, current:"
+                              f" {self.changelog.resource_version}", retry_after=1) from err
+        current = self.changelog.resource_version
+        if match == "Exact" and wanted != current:
+            raise Gone(f"resourceVersion {wanted} is not the current one ({current}); only the"
+                       " current state can be listed exactly")
+        return current
+
+    async def _guard(self, coro: Any) -> Any:
         try:
             return await coro
         except StoreError as err:
             raise Unavailable(f"storage is unavailable: {err}", retry_after=1) from err
 
-    async def get(self, rtype: ResourceType, namespace: str, name: str) -> JSON:
-        await self._changelog.sync()
-        stored = await self._read(self._store.get(rtype.id, namespace, name))
-        change = self._changelog.latest((rtype.id, namespace, name))
+    async def get(self, rtype: ResourceType, namespace: str, name: str, *,
+                  resource_version: str | None = None) -> JSON:
+        await self._sync(resource_version, None)
+        stored = await self._guard(self._store.get(rtype.id, namespace, name))
+        change = self.changelog.latest((rtype.id, namespace, name))
         if change is not None and (stored is None or change.resource_version >=
                                    stored.resource_version):
             if change.type != "DELETED":
                 return change.obj
         elif stored is not None:
-            return orjson.loads(stored.raw)
-        raise NotFound(f'{rtype.plural}.{rtype.group} "{name}" not found',
-                       details={"name": name, "group": rtype.group, "kind": rtype.plural})
+            obj: JSON = orjson.loads(stored.raw)
+            return obj
+        raise not_found(rtype, name)
 
-    async def list(self, rtype: ResourceType, namespace: str | None) -> tuple[int, list[JSON]]:
-        """(resourceVersion of the list, objects ordered by namespace and name)."""
-        await self._changelog.sync()
-        list_rv = self._changelog.resource_version
-        rows = await self._read(self._store.list(rtype.id, namespace))
-        overlay = dict(self._changelog.newest(rtype.id, namespace))
-        items: dict[tuple[str, str], tuple[int, JSON | None, str | None]] = {}
-        for row in rows:
-            items[(row.namespace, row.name)] = (row.resource_version, None, row.raw)
-        for (_, ns, name), change in overlay.items():
-            have = items.get((ns, name))
-            if have is None or change.resource_version >= have[0]:
-                items[(ns, name)] = (change.resource_version,
-                                     None if change.type == "DELETED" else change.obj, None)
-        out = []
-        for key in sorted(items):
-            _, obj, raw = items[key]
-            if obj is not None:
-                out.append(obj)
-            elif raw is not None:
-                out.append(orjson.loads(raw))
-        return list_rv, out
+    async def list_objects(self, query: ListQuery, *, limit: int = 0, continue_token: str = "",
+                   resource_version: str | None = None, match: str | None = None) -> ListResult:
+        after: tuple[str, str] | None = None
+        if continue_token:
+            if resource_version:
+                raise BadRequest("specifying resource version is not allowed when using"
+                                 " continue")
+            token = paging.decode(continue_token, query.digest())
+            await self.changelog.sync()
+            list_rv, after = token.resource_version, token.after
+        else:
+            list_rv = await self._sync(resource_version, match)
+        result = ListResult(list_rv, _empty())
+        result.items = self._page(query, after, limit, result)
+        return result
 
-    async def _write(self, **kwargs: Any) -> JSON:
-        reply = await self._writer.submit(now=now_rfc3339(), **kwargs)
-        await self._changelog.wait_for(reply.resource_version)
+    async def _page(self, query: ListQuery, after: tuple[str, str] | None, limit: int,
+                    result: ListResult) -> AsyncIterator[Item]:
+        count = 0
+        last: tuple[str, str] | None = None
+        async for item in self.iterate(query, after, batch=min(limit + 1, PAGE) if limit
+                                       else PAGE):
+            if limit and count == limit:
+                assert last is not None
+                result.continue_token = paging.encode(paging.Continue(
+                    result.resource_version, last, query.digest()))
+                return
+            count += 1
+            last = (item.namespace, item.name)
+            yield item
+
+    async def iterate(self, query: ListQuery, after: tuple[str, str] | None = None, *,
+                      batch: int = PAGE) -> AsyncIterator[Item]:
+        """Current objects matching ``query`` in (namespace, name) order."""
+        overlay = sorted(
+            ((k[1], k[2]), c) for k, c in self.changelog.newest(query.rtype.id, query.namespace)
+            if after is None or (k[1], k[2]) > after)
+        params: dict[str, Any] = {}
+        conditions = query.labels.sql(params) + query.fields.sql(params)
+        cursor = after
+        while True:
+            rows: list[StoredObject] = await self._guard(self._store.list_page(
+                query.rtype.id, namespace=query.namespace, conditions=conditions,
+                params=params, after=cursor, limit=batch))
+            exhausted = len(rows) < batch
+            upper = None if exhausted else (rows[-1].namespace, rows[-1].name)
+            merged: dict[tuple[str, str], Item | Change] = {
+                (r.namespace, r.name): _stored(r) for r in rows}
+            while overlay and (upper is None or overlay[0][0] <= upper):
+                key, change = overlay.pop(0)
+                have = merged.get(key)
+                if have is None or change.resource_version >= have.resource_version:
+                    merged[key] = change
+            for key in sorted(merged):
+                entry = merged[key]
+                if isinstance(entry, Item):
+                    yield entry
+                elif entry.type != "DELETED" and query.matches(entry.obj):
+                    yield Item(key[0], key[1], entry.resource_version, obj=entry.obj)
+            if exhausted:
+                return
+            cursor = upper
+
+    # -- writes -----------------------------------------------------------
+    async def _write(self, *, dry_run: bool = False, **kwargs: Any) -> JSON:
+        reply = await self._writer.submit(now=now_rfc3339(), dry_run=dry_run, **kwargs)
+        if not dry_run:
+            await self.changelog.wait_for(reply.resource_version)
         assert reply.obj is not None
         return reply.obj
 
-    async def create(self, rtype: ResourceType, namespace: str, obj: JSON) -> JSON:
+    async def create(self, rtype: ResourceType, namespace: str, obj: JSON, *,
+                     dry_run: bool = False) -> JSON:
         return await self._write(op="create", resource=rtype.id, namespace=namespace,
-                                 name=obj["metadata"]["name"], obj=obj)
+                                 name=obj["metadata"]["name"], obj=obj, dry_run=dry_run)
 
-    async def update(self, rtype: ResourceType, namespace: str, name: str, obj: JSON) -> JSON:
+    async def update(self, rtype: ResourceType, namespace: str, name: str, obj: JSON, *,
+                     dry_run: bool = False) -> JSON:
         return await self._write(op="update", resource=rtype.id, namespace=namespace,
-                                 name=name, obj=obj)
+                                 name=name, obj=obj, dry_run=dry_run)
+
+    async def patch(self, rtype: ResourceType, namespace: str, name: str, *,
+                    content_type: str, patch: Any, manager: str = "",
+                    dry_run: bool = False) -> tuple[JSON, bool]:
+        """Apply a patch to the current object, retrying on conflicts with other
+        writers. Returns (object, created)."""
+        for _ in range(PATCH_RETRIES):
+            try:
+                current: JSON | None = await self.get(rtype, namespace, name)
+            except NotFound:
+                if content_type != patching.APPLY:
+                    raise
+                current = None
+            if current is None:
+                obj = patching.apply(None, patch, manager=manager,
+                                     api_version=rtype.api_version)
+                obj = validation.check_object(rtype, obj, namespace=namespace or None,
+                                              name=name)
+                return await self.create(rtype, namespace, obj, dry_run=dry_run), True
+            if content_type == patching.MERGE:
+                obj = patching.merge_patch(current, patch)
+            elif content_type == patching.JSON_PATCH:
+                obj = patching.json_patch(current, patch)
+            else:
+                obj = patching.apply(current, patch, manager=manager,
+                                     api_version=rtype.api_version)
+            obj = validation.check_object(rtype, obj, namespace=namespace or None, name=name)
+            given = (obj.get("metadata") or {}).get("resourceVersion")
+            if not given or content_type == patching.APPLY:
+                obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                return await self.update(rtype, namespace, name, obj, dry_run=dry_run), False
+            except FromStatus as err:
+                if err.code != 409 or given:
+                    raise
+        raise Conflict(f'{rtype.plural}.{rtype.group} "{name}": too many concurrent writers;'
+                       " try again")
 
     async def delete(self, rtype: ResourceType, namespace: str, name: str,
-                     preconditions: JSON) -> JSON:
+                     preconditions: JSON, *, dry_run: bool = False) -> JSON:
         return await self._write(op="delete", resource=rtype.id, namespace=namespace,
-                                 name=name, preconditions=preconditions)
+                                 name=name, preconditions=preconditions, dry_run=dry_run)
+
+    async def delete_collection(self, query: ListQuery, *, dry_run: bool = False
+                                ) -> tuple[int, list[JSON]]:
+        listed = await self.list_objects(query)
+        targets = [item async for item in listed.items]
+        deleted = []
+        for item in targets:
+            try:
+                deleted.append(await self.delete(query.rtype, item.namespace, item.name, {},
+                                                 dry_run=dry_run))
+            except FromStatus as err:
+                if err.code != 404:
+                    raise
+        return self.changelog.resource_version, deleted
+
+    # -- watch ------------------------------------------------------------
+    def subscribe(self, since: int) -> Any:
+        try:
+            return self.changelog.subscribe(since)
+        except Expired as err:
+            raise Gone(str(err)) from err
+
+    def unsubscribe(self, subscription: Any) -> None:
+        self.changelog.unsubscribe(subscription)
+
+
+async def _empty() -> AsyncIterator[Item]:
+    for _ in ():
+        yield _
+
+
+def parse_resource_version(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise BadRequest(f'invalid resource version "{text}": it must be a non-negative'
+                         " integer")
+    return value
+
+
+def not_found(rtype: ResourceType, name: str) -> NotFound:
+    return NotFound(f'{rtype.plural}.{rtype.group} "{name}" not found',
+                    details={"name": name, "group": rtype.group, "kind": rtype.plural})

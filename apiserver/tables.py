@@ -24,7 +24,15 @@ COLUMNS: list[JSON] = [
        "description": f"Number of {f} results."} for f in objects.SUMMARY_FIELDS),
     {"name": "Age", "type": "date", "format": "", "priority": 0,
      "description": "Time since the report was created."},
+    {"name": "Policies", "type": "integer", "format": "", "priority": 1,
+     "description": "Number of distinct policies with results."},
+    {"name": "Source", "type": "string", "format": "", "priority": 1,
+     "description": "Policy engines that produced the results."},
 ]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
 
 
 def human_duration(seconds: float) -> str:
@@ -69,16 +77,19 @@ def row(rtype: ResourceType, obj: JSON, now: datetime) -> JSON:
     created = parse_time(meta.get("creationTimestamp"))
     age = human_duration((now - created).total_seconds()) if meta.get("creationTimestamp") \
         else "<unknown>"
+    results = objects.results(rtype, obj)
+    policies = len({r.get("policy") for r in results})
+    sources = ",".join(sorted({str(r.get("source")) for r in results if r.get("source")}))
     return {"cells": [meta.get("name", ""), kind, name,
-                      *(counts[f] for f in objects.SUMMARY_FIELDS), age],
+                      *(counts[f] for f in objects.SUMMARY_FIELDS), age, policies, sources],
             "object": partial_metadata(obj)}
 
 
 def table(rtype: ResourceType, items: Iterable[JSON], *, resource_version: str,
           continue_token: str = "") -> JSON:
-    now = datetime.now(UTC)
+    current = now()
     meta: JSON = {"resourceVersion": resource_version}
     if continue_token:
         meta["continue"] = continue_token
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
-            "columnDefinitions": COLUMNS, "rows": [row(rtype, o, now) for o in items]}
+            "columnDefinitions": COLUMNS, "rows": [row(rtype, o, current) for o in items]}

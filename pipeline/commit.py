@@ -163,3 +163,13 @@ def current_after(change: Change) -> Current:
     return Current(change.resource_version, change.obj, change.type == "DELETED",
                    change.request_id)
 
+
+
+def dry(decision: Decision) -> Decision:
+    """What a dry run answers: the outcome, with nothing to publish and no
+    resourceVersion spent."""
+    reply = decision.reply
+    if decision.change is None or reply.obj is None:
+        return Decision(reply)
+    obj = _with_meta(reply.obj, resourceVersion=None)
+    return Decision(Reply(reply.request_id, 0, obj=obj))

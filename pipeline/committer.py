@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from pipeline import objects
-from pipeline.commit import Current, Decision, current_after, decide
+from pipeline.commit import Current, Decision, current_after, decide, dry
 from pipeline.messages import Change, WriteRequest
 from pipeline.store import ReportStore
 
@@ -66,7 +66,9 @@ class Committer:
         decisions = []
         for req in requests:
             decision = decide(req, self._state.get(_key(req)), self._next_rv)
-            if decision.change is not None:
+            if req.dry_run:
+                decision = dry(decision)
+            elif decision.change is not None:
                 self._state[_key(req)] = current_after(decision.change)
                 self._next_rv += 1
             decisions.append(decision)

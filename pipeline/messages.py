@@ -46,12 +46,15 @@ class WriteRequest:
     now: str
     obj: JSON | None = None
     preconditions: JSON = field(default_factory=dict)
+    #: Decide and answer, but commit nothing (``dryRun=All``).
+    dry_run: bool = False
 
     def encode(self) -> bytes:
         return orjson.dumps({
             "id": self.id, "op": self.op, "resource": self.resource,
             "namespace": self.namespace, "name": self.name, "replyTo": self.reply_to,
             "now": self.now, "object": self.obj, "preconditions": self.preconditions,
+            "dryRun": self.dry_run,
         })
 
     @classmethod
@@ -60,7 +63,8 @@ class WriteRequest:
         try:
             return cls(id=v["id"], op=v["op"], resource=v["resource"], namespace=v["namespace"],
                        name=v["name"], reply_to=v["replyTo"], now=v["now"], obj=v.get("object"),
-                       preconditions=v.get("preconditions") or {})
+                       preconditions=v.get("preconditions") or {},
+                       dry_run=bool(v.get("dryRun")))
         except KeyError as err:
             raise DecodeError(f"request lacks {err}") from err
 

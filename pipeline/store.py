@@ -225,16 +225,26 @@ class ReportStore:
                 else None
         return await self.run(query)
 
-    async def list(self, resource: str, namespace: str | None) -> list[StoredObject]:
-        where = "resource = {r:String}"
-        params: dict[str, Any] = {"r": resource}
+    async def list_page(self, resource: str, *, namespace: str | None,
+                        conditions: Sequence[str] = (), params: dict[str, Any] | None = None,
+                        after: tuple[str, str] | None = None, limit: int = 1000
+                        ) -> list[StoredObject]:
+        """Current objects in (namespace, name) order after ``after``. Extra
+        ``conditions`` reference bound ``params``; callers build both."""
+        params = dict(params or {})
+        where = ["resource = {r:String}", *conditions]
+        params["r"] = resource
         if namespace is not None:
-            where += " AND namespace = {ns:String}"
+            where.append("namespace = {ns:String}")
             params["ns"] = namespace
+        if after is not None:
+            where.append("(namespace, name) > ({ans:String}, {aname:String})")
+            params.update(ans=after[0], aname=after[1])
+        params["lim"] = limit
+        sql = ("SELECT resource_version, namespace, name, object FROM reports FINAL WHERE "
+               + " AND ".join(where) + " ORDER BY namespace, name LIMIT {lim:UInt32}")
 
         def query(client: Client) -> list[StoredObject]:
-            rows = client.query(
-                f"SELECT resource_version, namespace, name, object FROM reports FINAL WHERE {where}"
-                " ORDER BY namespace, name", parameters=params).result_rows
+            rows = client.query(sql, parameters=params).result_rows
             return [StoredObject(int(r[0]), r[1], r[2], r[3]) for r in rows]
         return await self.run(query)

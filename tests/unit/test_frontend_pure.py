@@ -77,8 +77,10 @@ def test_table_rows_for_ephemeral_reports_read_spec() -> None:
     cells = t["rows"][0]["cells"]
     assert cells[:8] == ["x", "Pod", "kyverno-admission-controller-7d998c79c4-rj7th", 16, 3, 0,
                          0, 0]
-    assert [c["name"] for c in t["columnDefinitions"]] == [
-        "Name", "Kind", "Name", "Pass", "Fail", "Warn", "Error", "Skip", "Age"]
+    assert cells[9:] == [17, "kyverno"]
+    assert [(c["name"], c["priority"]) for c in t["columnDefinitions"]] == [
+        ("Name", 0), ("Kind", 0), ("Name", 0), ("Pass", 0), ("Fail", 0), ("Warn", 0),
+        ("Error", 0), ("Skip", 0), ("Age", 0), ("Policies", 1), ("Source", 1)]
     assert t["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
 
 

@@ -1,0 +1,137 @@
+"""Watch streams: initial state, then the change log's events for one watcher,
+filtered by its namespace and selectors, with bookmarks and timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from apiserver.changelog import Event
+from apiserver.errors import ApiError
+from apiserver.service import ListQuery, ReportService, parse_resource_version
+from pipeline.messages import Change
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+Render = Callable[[str, JSON], bytes]
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    resource_version: str | None = None
+    send_initial_events: bool | None = None
+    bookmarks: bool = False
+    timeout: float = 1800.0
+    bookmark_interval: float = 5.0
+
+
+def transition(query: ListQuery, event: Event) -> tuple[str, JSON] | None:
+    """The event this watcher sees for ``event``: objects moving into the
+    selection are ADDED, out of it DELETED, as the kube-apiserver's cache does."""
+    rtype = query.rtype
+    key = event.key
+    if key[0] != rtype.id or (query.namespace is not None and key[1] != query.namespace):
+        return None
+    change = event.change
+    if change.type == "DELETED":
+        return ("DELETED", change.obj) if query.matches(change.obj) else None
+    now = query.matches(change.obj)
+    prev: Change | None = event.previous
+    before = prev is not None and prev.type != "DELETED" and query.matches(prev.obj)
+    if change.type == "ADDED" or prev is None or prev.type == "DELETED":
+        if now:
+            return (change.type if prev is None else "ADDED", change.obj)
+        return None
+    if now and before:
+        return ("MODIFIED", change.obj)
+    if now:
+        return ("ADDED", change.obj)
+    if before:
+        return ("DELETED", change.obj)
+    return None
+
+
+def bookmark(query: ListQuery, rv: int, *, initial_end: bool = False) -> JSON:
+    meta: JSON = {"resourceVersion": str(rv)}
+    if initial_end:
+        meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+    return {"kind": query.rtype.kind, "apiVersion": query.rtype.api_version, "metadata": meta}
+
+
+async def stream(service: ReportService, query: ListQuery, options: WatchOptions,
+                 render: Render) -> AsyncIterator[bytes]:
+    """Encoded watch events until the timeout, the client leaving, or the
+    watcher falling too far behind (then the client starts again)."""
+    try:
+        async with asyncio.timeout(options.timeout):
+            async for chunk in _events(service, query, options, render):
+                yield chunk
+    except TimeoutError:
+        return
+    except ApiError as err:
+        yield render("ERROR", err.status())
+
+
+async def _events(service: ReportService, query: ListQuery, options: WatchOptions,
+                  render: Render) -> AsyncIterator[bytes]:
+    rv_text = options.resource_version
+    initial = options.send_initial_events
+    if initial is None:
+        initial = rv_text in (None, "", "0")
+    seen: dict[tuple[str, str], int] = {}
+    if rv_text and rv_text != "0":
+        since = parse_resource_version(rv_text)
+        if initial:
+            await service.changelog.wait_for(since, timeout=3)
+    else:
+        since = None
+    if initial or since is None:
+        if rv_text in (None, ""):
+            await service.changelog.sync()
+        since = service.changelog.resource_version
+    backlog, sub = service.subscribe(since)
+    try:
+        if initial:
+            listed = await service.list_objects(query, resource_version="0")
+            async for item in listed.items:
+                seen[(item.namespace, item.name)] = item.resource_version
+                yield render("ADDED", item.object())
+            if options.bookmarks and options.send_initial_events:
+                yield render("BOOKMARK", bookmark(query, since, initial_end=True))
+        last = since
+        for event in backlog:
+            out = _visible(query, event, seen)
+            last = event.change.resource_version
+            if out is not None:
+                yield render(*out)
+        while True:
+            try:
+                async with asyncio.timeout(options.bookmark_interval):
+                    event = await sub.queue.get()
+            except TimeoutError:
+                if sub.overflowed:
+                    return
+                if options.bookmarks:
+                    yield render("BOOKMARK", bookmark(query, max(
+                        last, service.changelog.resource_version)))
+                continue
+            if sub.overflowed and sub.queue.empty():
+                return
+            last = event.change.resource_version
+            out = _visible(query, event, seen)
+            if out is not None:
+                yield render(*out)
+    finally:
+        service.unsubscribe(sub)
+
+
+def _visible(query: ListQuery, event: Event, seen: dict[tuple[str, str], int]
+             ) -> tuple[str, JSON] | None:
+    key = (event.key[1], event.key[2])
+    if seen.get(key, 0) >= event.change.resource_version:
+        return None
+    return transition(query, event)
