@@ -8,11 +8,13 @@ from typing import Any
 import orjson
 
 from apiserver.errors import BadRequest, cause, invalid
+from apiserver.selectors import label_key_errors, label_value_errors
 from pipeline import objects
 from pipeline.resources import ResourceType
 
 JSON = dict[str, Any]
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+ANNOTATIONS_MAX = 256 * 1024
 
 
 def parse_body(raw: bytes) -> JSON:
@@ -70,12 +72,7 @@ def check_object(rtype: ResourceType, obj: JSON, *, namespace: str | None,
         else:
             causes += [cause("metadata.name", f'Invalid value: "{given_name}": {e}')
                        for e in objects.name_errors(given_name)]
-    for field in ("labels", "annotations"):
-        value = meta.get(field)
-        if value is not None and not (isinstance(value, dict) and
-                                      all(isinstance(v, str) for v in value.values())):
-            causes.append(cause(f"metadata.{field}", "must be a map of string to string",
-                                "FieldValueTypeInvalid"))
+    causes += _metadata_causes(meta)
     if causes:
         raise invalid(rtype.kind, str(given_name or ""), rtype.group, causes)
     out = dict(obj)
@@ -89,3 +86,48 @@ def check_namespace(namespace: str) -> None:
         raise BadRequest(f'invalid namespace "{namespace}": {errors[0]}')
 
 
+
+
+def _metadata_causes(meta: JSON) -> list[JSON]:
+    """Kubernetes' rules for labels, annotations, finalizers and owner references."""
+    causes: list[JSON] = []
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            causes.append(cause(f"metadata.{field}", "must be a map of string to string",
+                                "FieldValueTypeInvalid"))
+            continue
+        for key, val in value.items():
+            for err in label_key_errors(key):
+                causes.append(cause(f"metadata.{field}", f'Invalid value: "{key}": {err}'))
+            if field == "labels":
+                for err in label_value_errors(val):
+                    causes.append(cause("metadata.labels", f'Invalid value: "{val}": {err}'))
+        if field == "annotations" and sum(len(k) + len(v) for k, v in value.items()) > \
+                ANNOTATIONS_MAX:
+            causes.append(cause("metadata.annotations", "Too long: must have at most"
+                                f" {ANNOTATIONS_MAX} bytes", "FieldValueTooLong"))
+    finalizers = meta.get("finalizers")
+    if finalizers is not None:
+        if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
+            causes.append(cause("metadata.finalizers", "must be a list of strings",
+                                "FieldValueTypeInvalid"))
+        else:
+            for i, f in enumerate(finalizers):
+                for err in label_key_errors(f):
+                    causes.append(cause(f"metadata.finalizers[{i}]",
+                                        f'Invalid value: "{f}": {err}'))
+    owners = meta.get("ownerReferences")
+    if owners is not None:
+        if not isinstance(owners, list):
+            causes.append(cause("metadata.ownerReferences", "must be a list",
+                                "FieldValueTypeInvalid"))
+        else:
+            for i, ref in enumerate(owners):
+                for key in ("apiVersion", "kind", "name", "uid"):
+                    if not isinstance(ref, dict) or not ref.get(key):
+                        causes.append(cause(f"metadata.ownerReferences[{i}].{key}",
+                                            "Required value", "FieldValueRequired"))
+    return causes

@@ -4,12 +4,17 @@ shares one directory; each gets its own database and topic prefix."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 
 from launcher.system import System
 from pipeline.settings import Settings
@@ -49,7 +54,7 @@ async def start(data_dir: Path) -> AsyncIterator[Callable[[Settings], object]]:
     running: list[Running] = []
 
     async def start_system(settings: Settings) -> Running:
-        system = System(settings, data_dir)
+        system = System(settings, data_dir, worker=not settings.kafka_bootstrap)
         await system.start()
         r = Running(system)
         running.append(r)
@@ -64,3 +69,42 @@ async def start(data_dir: Path) -> AsyncIterator[Callable[[Settings], object]]:
 async def api(start, make_settings) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
     running = await start(make_settings())
     return running.client
+
+
+@contextlib.asynccontextmanager
+async def serve(app: object) -> AsyncIterator[str]:
+    """Serve an ASGI app over plain HTTP on a loopback port, for streaming clients."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))  # type: ignore[arg-type]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                await task
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+async def watch_until(client: httpx.AsyncClient, url: str, params: dict[str, str],
+                      done: Callable[[list[dict]], bool], *, started: asyncio.Event | None = None,
+                      timeout: float = 30) -> list[dict]:  # type: ignore[type-arg]
+    """Stream a watch until ``done(events)`` holds; ``started`` is set once the
+    response headers (so the subscription) are in."""
+    events: list[dict] = []  # type: ignore[type-arg]
+    async with asyncio.timeout(timeout):
+        async with client.stream("GET", url, params={**params, "watch": "true"}) as response:
+            assert response.status_code == 200
+            if started is not None:
+                started.set()
+            async for line in response.aiter_lines():
+                if line.strip():
+                    events.append(json.loads(line))
+                    if done(events):
+                        return events
+    return events

@@ -1,0 +1,287 @@
+"""The Kubernetes API contract beyond plain CRUD: selectors, paging,
+resourceVersion semantics, watch, patch, metadata rules, dry run, field
+validation, and two frontend replicas on one pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from pipeline.resources import RESOURCES
+from tests.helpers import collection_path, report
+from tests.integration.conftest import serve, watch_until
+
+pytestmark = pytest.mark.integration
+POLR, CPOLR = RESOURCES[0], RESOURCES[1]
+PATH = collection_path(POLR, "ns")
+META_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+
+
+async def create(api: httpx.AsyncClient, name: str, *, ns: str = "ns",
+                 labels: dict[str, str] | None = None, fail: int = 0) -> dict:  # type: ignore[type-arg]
+    r = await api.post(collection_path(POLR, ns), json=report(POLR, name, ns, fail=fail,
+                                                              labels=labels))
+    assert r.status_code == 201, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def names(body: dict) -> list[str]:  # type: ignore[type-arg]
+    return [i["metadata"]["name"] for i in body["items"]]
+
+
+async def test_selectors(api: httpx.AsyncClient) -> None:
+    await create(api, "a", labels={"app": "web", "tier": "front"})
+    await create(api, "b", labels={"app": "db"})
+    await create(api, "c")
+    await create(api, "d", ns="other", labels={"app": "web"})
+    cases = {"app=web": ["a"], "app!=web": ["b", "c"], "app in (web,db)": ["a", "b"],
+             "app notin (web)": ["b", "c"], "app": ["a", "b"], "!app": ["c"],
+             "app=web,tier=front": ["a"], "tier,app=db": []}
+    for selector, expected in cases.items():
+        r = await api.get(PATH, params={"labelSelector": selector})
+        assert names(r.json()) == expected, selector
+    # labels changed after materialization still select correctly (cache overlay)
+    current = (await api.get(f"{PATH}/c")).json()
+    current["metadata"]["labels"] = {"app": "web"}
+    assert (await api.put(f"{PATH}/c", json=current)).status_code == 200
+    assert names((await api.get(PATH, params={"labelSelector": "app=web"})).json()) == ["a", "c"]
+    everywhere = collection_path(POLR, None)
+    r = await api.get(everywhere, params={"fieldSelector": "metadata.namespace=other"})
+    assert names(r.json()) == ["d"]
+    r = await api.get(everywhere, params={"fieldSelector": "metadata.name!=a,metadata.name!=d"})
+    assert names(r.json()) == ["b", "c"]
+    for bad in ({"labelSelector": "app in web"}, {"labelSelector": "=x"},
+                {"fieldSelector": "spec.foo=x"}, {"continue": "garbage"},
+                {"resourceVersion": "x"}, {"resourceVersionMatch": "Exact"}):
+        r = await api.get(PATH, params=bad)
+        assert r.status_code == 400 and r.json()["reason"] == "BadRequest", bad
+
+
+async def test_paging_sees_each_object_at_most_once_while_data_changes(
+        api: httpx.AsyncClient) -> None:
+    for i in range(7):
+        await create(api, f"p{i}")
+    seen: list[str] = []
+    token = ""
+    rvs = set()
+    pages = 0
+    while True:
+        params = {"limit": "2"}
+        if token:
+            params["continue"] = token
+        body = (await api.get(PATH, params=params)).json()
+        pages += 1
+        seen += names(body)
+        rvs.add(body["metadata"]["resourceVersion"])
+        token = body["metadata"].get("continue", "")
+        if pages == 1:  # the data changes between pages
+            await create(api, "p00")  # sorts before the cursor: not seen
+            await create(api, "p9")  # after the cursor: seen once
+            assert (await api.delete(f"{PATH}/p5")).status_code == 200
+        if not token:
+            break
+    assert seen == ["p0", "p1", "p2", "p3", "p4", "p6", "p9"]
+    assert len(seen) == len(set(seen)) and len(rvs) == 1 and pages == 4
+    other = await api.get(collection_path(POLR, "elsewhere"), params={"continue": token or
+                          (await api.get(PATH, params={"limit": "1"})).json()["metadata"][
+                              "continue"]})
+    assert other.status_code == 400
+
+
+async def test_resource_version_semantics(api: httpx.AsyncClient) -> None:
+    created = await create(api, "x")
+    rv = int(created["metadata"]["resourceVersion"])
+    listed = (await api.get(PATH)).json()
+    assert int(listed["metadata"]["resourceVersion"]) >= rv
+    for params in ({"resourceVersion": "0"}, {"resourceVersion": str(rv)},
+                   {"resourceVersion": str(rv), "resourceVersionMatch": "NotOlderThan"}):
+        r = await api.get(PATH, params=params)
+        assert r.status_code == 200 and names(r.json()) == ["x"], params
+    exact = await api.get(PATH, params={"resourceVersion": listed["metadata"]["resourceVersion"],
+                                        "resourceVersionMatch": "Exact"})
+    assert exact.status_code == 200
+    await create(api, "y")
+    old = await api.get(PATH, params={"resourceVersion": str(rv), "resourceVersionMatch": "Exact"})
+    assert old.status_code == 410 and old.json()["reason"] == "Expired"
+    future = await api.get(PATH, params={"resourceVersion": str(rv + 1000)})
+    assert future.status_code == 504
+
+
+async def test_metadata_only_and_table_lists(api: httpx.AsyncClient) -> None:
+    await create(api, "m", labels={"a": "b"})
+    r = await api.get(PATH, headers={"Accept": META_LIST + ",application/json"})
+    body = r.json()
+    assert body["kind"] == "PartialObjectMetadataList"
+    assert body["items"][0]["kind"] == "PartialObjectMetadata"
+    assert body["items"][0]["metadata"]["labels"] == {"a": "b"}
+    assert "results" not in body["items"][0]
+    one = await api.get(f"{PATH}/m", headers={
+        "Accept": "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"})
+    assert one.json()["kind"] == "PartialObjectMetadata"
+    assert (await api.get(PATH, headers={"Accept": "application/yaml"})).text.startswith(
+        "apiVersion: wgpolicyk8s.io/v1alpha2\nkind: PolicyReportList")
+    r = await api.get(PATH, headers={"Accept": "application/vnd.kubernetes.protobuf"})
+    assert r.status_code == 406 and r.json()["reason"] == "NotAcceptable"
+
+
+async def test_patches(api: httpx.AsyncClient) -> None:
+    await create(api, "q")
+    merge = {"Content-Type": "application/merge-patch+json"}
+    r = await api.patch(f"{PATH}/q", content=b'{"metadata":{"labels":{"k":"v"}},'
+                        b'"summary":{"fail":3}}', headers=merge)
+    assert r.status_code == 200 and r.json()["summary"]["fail"] == 3
+    assert r.json()["metadata"]["labels"] == {"k": "v"}
+    r = await api.patch(f"{PATH}/q", content=b'[{"op":"replace","path":"/summary/fail",'
+                        b'"value":5}]', headers={"Content-Type": "application/json-patch+json"})
+    assert r.status_code == 200 and r.json()["summary"]["fail"] == 5
+    r = await api.patch(f"{PATH}/q", content=b'[{"op":"test","path":"/summary/fail",'
+                        b'"value":1}]', headers={"Content-Type": "application/json-patch+json"})
+    assert r.status_code == 422
+    r = await api.patch(f"{PATH}/q", content=b"{}",
+                        headers={"Content-Type": "application/strategic-merge-patch+json"})
+    assert r.status_code == 415 and r.json()["reason"] == "UnsupportedMediaType"
+    stale = await api.patch(f"{PATH}/q", content=b'{"metadata":{"resourceVersion":"1"}}',
+                            headers=merge)
+    assert stale.status_code == 409
+    missing = await api.patch(f"{PATH}/nope", content=b"{}", headers=merge)
+    assert missing.status_code == 404
+    apply = {"Content-Type": "application/apply-patch+yaml"}
+    doc = report(POLR, "applied", "ns", labels={"x": "1", "y": "2"})
+    r = await api.patch(f"{PATH}/applied", json=doc, headers=apply,
+                        params={"fieldManager": "tester"})
+    assert r.status_code == 201, r.text
+    doc["metadata"]["labels"] = {"x": "1"}
+    r = await api.patch(f"{PATH}/applied", json=doc, headers=apply,
+                        params={"fieldManager": "tester"})
+    assert r.status_code == 200 and r.json()["metadata"]["labels"] == {"x": "1"}
+    assert [m["manager"] for m in r.json()["metadata"]["managedFields"]] == ["tester"]
+    r = await api.patch(f"{PATH}/applied", json=doc, headers=apply)
+    assert r.status_code == 422
+
+
+async def test_metadata_rules_finalizers_preconditions_and_dry_run(
+        api: httpx.AsyncClient) -> None:
+    bad = report(POLR, "bad", "ns", labels={"not valid!": "x"})
+    r = await api.post(PATH, json=bad)
+    assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"].startswith(
+        "metadata.labels")
+    gen = report(POLR, "ignored", "ns")
+    gen["metadata"] = {"generateName": "gen-"}
+    r = await api.post(PATH, json=gen)
+    assert r.status_code == 201 and r.json()["metadata"]["name"].startswith("gen-")
+
+    owned = report(POLR, "owned", "ns")
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p",
+                                             "uid": "u-1", "controller": True}]
+    owned["metadata"]["finalizers"] = ["example.com/hold"]
+    created = (await api.post(PATH, json=owned)).json()
+    assert created["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    dry = await api.delete(f"{PATH}/owned", params={"dryRun": "All"})
+    assert dry.status_code == 200 and "deletionTimestamp" in dry.json()["metadata"]
+    assert "deletionTimestamp" not in (await api.get(f"{PATH}/owned")).json()["metadata"]
+    wrong = await api.request("DELETE", f"{PATH}/owned", json={
+        "kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "nope"}})
+    assert wrong.status_code == 409
+    r = await api.request("DELETE", f"{PATH}/owned", json={
+        "preconditions": {"uid": created["metadata"]["uid"]}})
+    assert r.status_code == 200 and r.json()["metadata"]["deletionTimestamp"]
+    held = (await api.get(f"{PATH}/owned")).json()
+    held["metadata"]["finalizers"] = []
+    assert (await api.put(f"{PATH}/owned", json=held)).status_code == 200
+    assert (await api.get(f"{PATH}/owned")).status_code == 404
+
+    r = await api.post(PATH, json=report(POLR, "dry", "ns"), params={"dryRun": "All"})
+    assert r.status_code == 201 and "resourceVersion" not in r.json()["metadata"]
+    assert (await api.get(f"{PATH}/dry")).status_code == 404
+
+
+async def test_field_validation(api: httpx.AsyncClient) -> None:
+    doc = report(POLR, "fv", "ns")
+    doc["bogus"] = 1
+    doc["results"][0]["extra"] = "x"
+    strict = await api.post(PATH, json=doc, params={"fieldValidation": "Strict"})
+    assert strict.status_code == 400 and 'unknown field "bogus"' in strict.json()["message"]
+    warn = await api.post(PATH, json=doc, params={"fieldValidation": "Warn"})
+    assert warn.status_code == 201 and 'unknown field \\"results[0].extra\\"' not in \
+        warn.headers["warning"]
+    assert "results[0].extra" in warn.headers["warning"]
+    assert "bogus" not in warn.json() and "extra" not in warn.json()["results"][0]
+
+
+async def test_verbs_and_paths(api: httpx.AsyncClient) -> None:
+    await create(api, "v")
+    assert (await api.post(f"{PATH}/v", json={})).status_code == 405
+    assert (await api.put(PATH, json={})).status_code == 405
+    assert (await api.post(collection_path(POLR, None), json={})).status_code == 405
+    r = await api.get(f"/apis/{CPOLR.group}/{CPOLR.version}/namespaces/ns/{CPOLR.plural}")
+    assert r.status_code == 404
+    for r in (await api.get(f"{PATH}?labelSelector=(")), (await api.get("/apis/x/y/z")):
+        assert r.json()["kind"] == "Status"
+    deleted = await api.delete(PATH, params={"labelSelector": "!nothing"})
+    assert deleted.status_code == 200 and names(deleted.json()) == ["v"]
+    assert names((await api.get(PATH)).json()) == []
+
+
+async def test_watch_filters_and_expiry(start, make_settings) -> None:  # type: ignore[no-untyped-def]
+    running = await start(make_settings(watch_cache_size=8))
+    api = running.client
+    await create(api, "w0", labels={"app": "web"})
+    rv = (await api.get(PATH)).json()["metadata"]["resourceVersion"]
+    async with serve(running.system.app) as url, httpx.AsyncClient(
+            base_url=url, headers=api.headers) as client:
+        started = asyncio.Event()
+        watcher = asyncio.create_task(watch_until(
+            client, PATH, {"resourceVersion": rv, "labelSelector": "app=web",
+                           "allowWatchBookmarks": "true"},
+            lambda ev: any(e["type"] == "DELETED" for e in ev), started=started))
+        await started.wait()
+        await create(api, "w1", labels={"app": "db"})  # not selected
+        await create(api, "w2", labels={"app": "web"})
+        moved = (await api.get(f"{PATH}/w1")).json()
+        moved["metadata"]["labels"] = {"app": "web"}
+        assert (await api.put(f"{PATH}/w1", json=moved)).status_code == 200
+        assert (await api.delete(f"{PATH}/w2")).status_code == 200
+        events = [(e["type"], e["object"]["metadata"].get("name")) for e in await watcher
+                  if e["type"] != "BOOKMARK"]
+        assert events == [("ADDED", "w2"), ("ADDED", "w1"), ("DELETED", "w2")]
+
+        initial = await watch_until(client, PATH, {"sendInitialEvents": "true",
+                                                   "allowWatchBookmarks": "true",
+                                                   "resourceVersionMatch": "NotOlderThan"},
+                                    lambda ev: ev[-1]["type"] == "BOOKMARK")
+        assert [e["object"]["metadata"]["name"] for e in initial[:-1]] == ["w0", "w1"]
+        assert initial[-1]["object"]["metadata"]["annotations"] == {
+            "k8s.io/initial-events-end": "true"}
+
+        for i in range(10):
+            await create(api, f"fill{i}")
+        expired = await watch_until(client, PATH, {"resourceVersion": rv},
+                                    lambda ev: bool(ev))
+        assert expired[0]["type"] == "ERROR" and expired[0]["object"]["code"] == 410
+        quiet = await watch_until(client, PATH, {"resourceVersion": "0",
+                                                 "timeoutSeconds": "1"}, lambda ev: False)
+        assert len(quiet) == 12
+
+
+async def test_two_frontends_share_one_pipeline(start, make_settings) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings()
+    first = await start(settings)
+    second = await start(settings.__class__(**{**settings.__dict__,
+                                               "kafka_bootstrap": first.system.bootstrap}))
+    assert second.system.bootstrap == first.system.bootstrap
+    a, b = first.client, second.client
+    rv = (await b.get(PATH)).json()["metadata"]["resourceVersion"]
+    async with serve(second.system.app) as url, httpx.AsyncClient(
+            base_url=url, headers=b.headers) as client:
+        watcher = asyncio.create_task(watch_until(client, PATH, {"resourceVersion": rv},
+                                                  lambda ev: len(ev) >= 2))
+        created = await create(a, "shared")
+        got = await b.get(f"{PATH}/shared")  # read-your-writes across replicas
+        assert got.status_code == 200 and got.json() == created
+        assert (await b.delete(f"{PATH}/shared")).status_code == 200
+        assert (await a.get(f"{PATH}/shared")).status_code == 404
+        events = await watcher
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+            ("ADDED", "shared"), ("DELETED", "shared")]
