@@ -30,10 +30,10 @@ def kubectl_binary() -> str:
 class Up:
     """One ``reports-pipeline up`` process."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None):
         self.data_dir = data_dir
         self.kubeconfig = data_dir / "kubeconfig"
-        env = {**os.environ, "REPORTS_TOPIC_PREFIX": "e2e"}
+        env = {**os.environ, "REPORTS_TOPIC_PREFIX": "e2e", **(env or {})}
         env.pop("KAFKA_BOOTSTRAP", None)
         env.pop("CLICKHOUSE_URL", None)
         self.proc = subprocess.Popen(
@@ -97,8 +97,8 @@ class Kubectl:
 def up(tmp_path: Path) -> Iterator[Up]:
     started: list[Up] = []
 
-    def start() -> Up:
-        u = Up(tmp_path / "data")
+    def start(env: dict[str, str] | None = None) -> Up:
+        u = Up(tmp_path / "data", env)
         started.append(u)
         u.wait_ready()
         return u
