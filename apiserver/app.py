@@ -379,17 +379,26 @@ async def _has_body(request: Request) -> bool:
         "transfer-encoding", "")
 
 
-class BearerAuth:
-    """ASGI middleware: every request but health checks must carry the token."""
+class Authn:
+    """ASGI middleware: who may call. With a token (the embedded kubeconfig),
+    every request must carry it; without one the listener requires client
+    certificates from the aggregator's front-proxy CA, and requests must name
+    the user the aggregator authenticated in ``X-Remote-User``."""
 
-    def __init__(self, app: ASGIApp, token: str):
+    OPEN = ("/healthz", "/livez", "/readyz")
+
+    def __init__(self, app: ASGIApp, token: str | None):
         self._app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = f"Bearer {token}".encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in ("/healthz", "/livez", "/readyz"):
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
+        if scope["type"] == "http" and scope["path"] not in self.OPEN:
+            headers = dict(scope["headers"])
+            if self._expected is not None:
+                ok = hmac.compare_digest(headers.get(b"authorization", b""), self._expected)
+            else:
+                ok = bool(headers.get(b"x-remote-user"))
+            if not ok:
                 response = error_response(Unauthorized("Unauthorized"))
                 await response(scope, receive, send)
                 return
@@ -465,4 +474,4 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
     ]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected})
-    return BearerAuth(app, token) if token else app
+    return Authn(app, token)

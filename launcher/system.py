@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -92,6 +92,17 @@ def _listen(host: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
+
+
+def https_config(app: ASGIApp, *, cert: Path, key: Path, client_ca: Path | None
+                 ) -> uvicorn.Config:
+    """The frontend's HTTPS listener; with ``client_ca`` (the aggregator's
+    front-proxy CA) every client must present a certificate it signed."""
+    tls: dict[str, Any] = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    if client_ca is not None:
+        tls.update(ssl_ca_certs=str(client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                          timeout_graceful_shutdown=10, **tls)
 
 
 class System:
@@ -184,12 +195,7 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
         cert, key = ensure_certificate(system.data_dir / "tls")
     sock = _listen(options.host, options.port)
     port = sock.getsockname()[1]
-    tls: dict[str, object] = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
-    if options.client_ca is not None:
-        tls.update(ssl_ca_certs=str(options.client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
-    server = _Server(uvicorn.Config(system.app, log_level="warning", access_log=False,
-                                    lifespan="off", timeout_graceful_shutdown=10,
-                                    **tls))  # type: ignore[arg-type]
+    server = _Server(https_config(system.app, cert=cert, key=key, client_ca=options.client_ca))
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
     try:
         while not server.started:
