@@ -5,6 +5,7 @@ validation, and two frontend replicas on one pipeline."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -124,6 +125,16 @@ async def test_metadata_only_and_table_lists(api: httpx.AsyncClient) -> None:
         "apiVersion: wgpolicyk8s.io/v1alpha2\nkind: PolicyReportList")
     r = await api.get(PATH, headers={"Accept": "application/vnd.kubernetes.protobuf"})
     assert r.status_code == 406 and r.json()["reason"] == "NotAcceptable"
+    # watches end by themselves after timeoutSeconds; unset and "0" start with the state
+    for rv in (None, "0"):
+        params = {"watch": "true", "timeoutSeconds": "1"}
+        if rv is not None:
+            params["resourceVersion"] = rv
+        watched = await api.get(PATH, params=params, headers={
+            "Accept": "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"})
+        events = [json.loads(line) for line in watched.text.splitlines()]
+        assert [(e["type"], e["object"]["kind"], e["object"]["metadata"]["name"])
+                for e in events] == [("ADDED", "PartialObjectMetadata", "m")]
 
 
 async def test_patches(api: httpx.AsyncClient) -> None:
@@ -208,6 +219,10 @@ async def test_field_validation(api: httpx.AsyncClient) -> None:
         warn.headers["warning"]
     assert "results[0].extra" in warn.headers["warning"]
     assert "bogus" not in warn.json() and "extra" not in warn.json()["results"][0]
+    doc["metadata"]["name"] = "fv2"
+    ignored = await api.post(PATH, json=doc, params={"fieldValidation": "Ignore"})
+    assert ignored.status_code == 201 and "warning" not in ignored.headers
+    assert "bogus" not in ignored.json()
 
 
 async def test_verbs_and_paths(api: httpx.AsyncClient) -> None:
