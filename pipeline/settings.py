@@ -48,6 +48,12 @@ class Settings:
     materialize_interval: float = 0.05
     """REPORTS_MATERIALIZE_INTERVAL: seconds the materializer waits to fill a batch."""
 
+    results_ttl_days: int = 90
+    """REPORTS_RESULTS_TTL_DAYS: how long the results history is kept."""
+
+    window_seconds: int = 60
+    """REPORTS_WINDOW_SECONDS: size of the tumbling windows of activity."""
+
     @property
     def changes_topic(self) -> str:
         return f"{self.topic_prefix}.changes"
@@ -59,6 +65,14 @@ class Settings:
     @property
     def replies_topic(self) -> str:
         return f"{self.topic_prefix}.replies"
+
+    @property
+    def result_events_topic(self) -> str:
+        return f"{self.topic_prefix}.result-events"
+
+    @property
+    def summaries_topic(self) -> str:
+        return f"{self.topic_prefix}.summaries"
 
     @property
     def app_id(self) -> str:

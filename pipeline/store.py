@@ -81,6 +81,51 @@ def report_row(change: Change, committed: datetime) -> list[Any]:
             orjson.dumps(obj).decode()]
 
 
+RESULT_COLUMNS = ("cluster", "resource", "namespace", "report", "report_uid", "resource_version",
+                  "idx", "committed", "resource_kind", "resource_namespace", "resource_name",
+                  "resource_uid", "policy", "rule", "result", "severity", "category", "source",
+                  "scored", "message", "properties", "result_time")
+
+
+def result_rows(change: Change, committed: datetime, cluster: str) -> list[list[Any]]:
+    """``results`` rows (one per result) of a committed change. Pure."""
+    if change.type == "DELETED":
+        return []
+    obj = change.obj
+    rtype = resources.by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
+    if rtype is None:
+        return []
+    meta = objects.metadata(obj)
+    namespace = meta.get("namespace") or ""
+    scope_ref = objects.body(rtype, obj).get("owner" if rtype.body_path else "scope")
+    scope_ref = scope_ref if isinstance(scope_ref, dict) else {}
+    rows = []
+    for idx, r in enumerate(objects.results(rtype, obj)):
+        refs = r.get("resources")
+        ref = refs[0] if isinstance(refs, list) and refs and isinstance(refs[0], dict) \
+            else scope_ref
+        ts = r.get("timestamp") if isinstance(r.get("timestamp"), dict) else {}
+        props = r.get("properties") if isinstance(r.get("properties"), dict) else {}
+        rows.append([
+            cluster, rtype.id, namespace, meta.get("name") or "", meta.get("uid") or "",
+            change.resource_version, idx, committed, str(ref.get("kind") or ""),
+            str(ref.get("namespace") or namespace), str(ref.get("name") or ""),
+            str(ref.get("uid") or ""), str(r.get("policy") or ""), str(r.get("rule") or ""),
+            str(r.get("result") or ""), str(r.get("severity") or ""),
+            str(r.get("category") or ""), str(r.get("source") or ""),
+            1 if r.get("scored") else 0, str(r.get("message") or ""),
+            {str(k): str(v) for k, v in props.items()},
+            datetime.fromtimestamp(_seconds(ts.get("seconds")), UTC)])
+    return rows
+
+
+def _seconds(value: Any) -> int:
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def migrations() -> list[tuple[int, str, str]]:
     """(number, name, sql) of every migration shipped with the package, in order."""
     out = []
@@ -144,6 +189,18 @@ class ReportStore:
             admin.command(f"CREATE DATABASE IF NOT EXISTS `{self._settings.database}`")
         await asyncio.get_running_loop().run_in_executor(self._pool, setup)
         await self.run(self._migrate)
+        await self.run(self._retention)
+
+    def _retention(self, client: Client) -> None:
+        """Keep the results history as long as REPORTS_RESULTS_TTL_DAYS says."""
+        days = int(self._settings.results_ttl_days)
+        ttl = f"toDateTime(committed) + toIntervalDay({days})"
+        current = client.query(
+            "SELECT create_table_query FROM system.tables WHERE database = {db:String}"
+            " AND name = 'results'", parameters={"db": self._settings.database}).result_rows
+        if current and ttl not in current[0][0]:
+            client.command(f"ALTER TABLE results MODIFY TTL {ttl}",
+                           settings={"materialize_ttl_after_modify": 0})
 
     def _migrate(self, client: Client) -> None:
         client.command("""CREATE TABLE IF NOT EXISTS schema_migrations
@@ -174,10 +231,13 @@ class ReportStore:
         """Insert a batch of changes, then record progress. Safe to repeat."""
         now = datetime.now(UTC)
         rows = [report_row(c, now) for c in changes]
+        results = [row for c in changes for row in result_rows(c, now, self._settings.cluster)]
         last_rv = max(c.resource_version for c in changes)
 
         def insert(client: Client) -> None:
             client.insert("reports", rows, column_names=REPORT_COLUMNS)
+            if results:
+                client.insert("results", results, column_names=RESULT_COLUMNS)
             client.insert("changes_progress", [[topic, partition, offset, last_rv]],
                           column_names=["topic", "partition", "offset", "resource_version"])
         await self.run(insert)

@@ -1,0 +1,181 @@
+"""Aggregating policy results by namespace and policy. Pure: no I/O.
+
+Each committed report contributes the statuses of its results. The aggregator
+keeps, per report, the contribution it last applied and that change's
+resourceVersion; a change applies the difference between the old and the new
+contribution, and a change not newer than the applied one is ignored. So counts
+stay exact under updates, deletes, and redelivery of the same change.
+
+Ephemeral reports are excluded: they are merged into PolicyReports by the
+policy engine, and counting both would count results twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline import objects, resources
+from pipeline.resources import ResourceType
+
+JSON = dict[str, Any]
+STATUSES = objects.SUMMARY_FIELDS
+#: (namespace, policy, status)
+CountKey = tuple[str, str, str]
+#: (policy, rule, resource) -> status
+Statuses = dict[tuple[str, str, str], str]
+
+
+def counted(rtype: ResourceType) -> bool:
+    return not rtype.body_path
+
+
+def _resource_ref(result: JSON, scope: tuple[str, str], namespace: str) -> str:
+    refs = result.get("resources")
+    if isinstance(refs, list) and refs and isinstance(refs[0], dict):
+        ref = refs[0]
+        return "/".join((str(ref.get("kind") or ""), str(ref.get("namespace") or namespace),
+                         str(ref.get("name") or "")))
+    return "/".join((scope[0], namespace, scope[1]))
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one report contributes: its results' statuses, as of a version."""
+
+    resource_version: int
+    namespace: str
+    statuses: Statuses = field(default_factory=dict)
+    details: dict[tuple[str, str, str], JSON] = field(default_factory=dict)
+
+    def counts(self) -> dict[CountKey, int]:
+        out: dict[CountKey, int] = {}
+        for (policy, _, _), status in self.statuses.items():
+            key = (self.namespace, policy, status)
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def to_json(self) -> JSON:
+        return {"rv": self.resource_version, "ns": self.namespace,
+                "s": [[p, r, res, st] for (p, r, res), st in sorted(self.statuses.items())]}
+
+    @classmethod
+    def from_json(cls, value: JSON) -> Applied:
+        return cls(int(value["rv"]), str(value["ns"]),
+                   {(p, r, res): st for p, r, res, st in value["s"]})
+
+
+def contribution(obj: JSON, resource_version: int) -> Applied | None:
+    """The contribution of a stored report object (None for uncounted kinds)."""
+    rtype = resources.by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
+    if rtype is None or not counted(rtype):
+        return None
+    namespace = objects.metadata(obj).get("namespace") or ""
+    scope = objects.scope(rtype, obj)
+    statuses: Statuses = {}
+    details: dict[tuple[str, str, str], JSON] = {}
+    for result in objects.results(rtype, obj):
+        status = result.get("result")
+        if status not in STATUSES:
+            continue
+        key = (str(result.get("policy") or ""), str(result.get("rule") or ""),
+               _resource_ref(result, scope, namespace))
+        statuses[key] = str(status)
+        details[key] = {k: result.get(k) for k in ("severity", "category", "source", "message")
+                        if result.get(k) is not None}
+    return Applied(resource_version, namespace, statuses, details)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A result whose status changed: ``previous`` None when it appeared,
+    ``current`` None when it went away."""
+
+    namespace: str
+    policy: str
+    rule: str
+    resource: str
+    previous: str | None
+    current: str | None
+    details: JSON
+
+
+@dataclass(frozen=True)
+class Activity:
+    written: int = 0
+    new_failures: int = 0
+    resolved_failures: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    applied: Applied | None
+    delta: dict[CountKey, int]
+    transitions: list[Transition]
+    #: (namespace, policy) -> what happened in this change
+    activity: dict[tuple[str, str], Activity]
+
+
+def apply_change(previous: Applied | None, *, resource_version: int, obj: JSON,
+                 deleted: bool) -> Outcome | None:
+    """The effect of one committed change on a report whose applied
+    contribution is ``previous``; None when the change is not newer than it."""
+    if previous is not None and resource_version <= previous.resource_version:
+        return None
+    new = contribution(obj, resource_version)
+    if new is None:
+        return None
+    current = Applied(resource_version, new.namespace) if deleted else new
+    delta: dict[CountKey, int] = dict(current.counts())
+    for key, n in (previous.counts() if previous else {}).items():
+        delta[key] = delta.get(key, 0) - n
+    delta = {k: v for k, v in delta.items() if v}
+
+    old = previous.statuses if previous else {}
+    transitions = []
+    for ref in sorted(set(old) | set(current.statuses)):
+        before, after = old.get(ref), current.statuses.get(ref)
+        if before != after:
+            transitions.append(Transition(current.namespace, ref[0], ref[1], ref[2], before,
+                                          after, new.details.get(ref, {})))
+    activity: dict[tuple[str, str], Activity] = {}
+    for (policy, _, _) in current.statuses:
+        a = activity.get((current.namespace, policy), Activity())
+        activity[(current.namespace, policy)] = Activity(a.written + 1, a.new_failures,
+                                                         a.resolved_failures)
+    for t in transitions:
+        a = activity.get((t.namespace, t.policy), Activity())
+        activity[(t.namespace, t.policy)] = Activity(
+            a.written, a.new_failures + (t.current == "fail" and t.previous != "fail"),
+            a.resolved_failures + (t.previous == "fail" and t.current != "fail"))
+    return Outcome(None if deleted else current, delta, transitions, activity)
+
+
+def add(totals: Mapping[CountKey, int], delta: Mapping[CountKey, int]) -> dict[CountKey, int]:
+    out = dict(totals)
+    for key, n in delta.items():
+        value = out.get(key, 0) + n
+        if value:
+            out[key] = value
+        else:
+            out.pop(key, None)
+    return out
+
+
+def recount(reports: Iterable[JSON]) -> dict[CountKey, int]:
+    """Counts from scratch over a set of current report objects."""
+    totals: dict[CountKey, int] = {}
+    for obj in reports:
+        applied = contribution(obj, 0)
+        if applied is not None:
+            totals = add(totals, applied.counts())
+    return totals
+
+
+def by_policy(totals: Mapping[CountKey, int]) -> dict[tuple[str, str], dict[str, int]]:
+    """(namespace, policy) -> counts per status."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for (ns, policy, status), n in totals.items():
+        out.setdefault((ns, policy), dict.fromkeys(STATUSES, 0))[status] = n
+    return out

@@ -1,0 +1,99 @@
+"""Properties of the pure aggregation: counts maintained from differences equal a
+recount from the final set of reports, whatever the order of writes and however
+often a change is redelivered."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import aggregate
+from pipeline.resources import RESOURCES
+from tests.helpers import report
+
+POLR, CPOLR, EPHR = RESOURCES[0], RESOURCES[1], RESOURCES[2]
+STATUS = st.sampled_from(["pass", "fail", "warn", "error", "skip"])
+
+
+def make(rtype, name: str, ns: str, statuses: list[str]) -> dict:  # type: ignore[no-untyped-def]
+    obj = report(rtype, name, ns)
+    body = obj["spec"] if rtype.body_path else obj
+    body["results"] = body["results"][:len(statuses)]
+    for r, s in zip(body["results"], statuses, strict=True):
+        r["result"] = s
+    return obj
+
+
+ops = st.lists(st.tuples(
+    st.sampled_from(["put", "delete", "redeliver"]),
+    st.sampled_from([(POLR, "a", "ns1"), (POLR, "b", "ns1"), (POLR, "a", "ns2"),
+                     (CPOLR, "c", ""), (EPHR, "e", "ns1")]),
+    st.lists(STATUS, min_size=0, max_size=6)), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_counts_equal_a_recount_under_any_history(history) -> None:  # type: ignore[no-untyped-def]
+    applied: dict[tuple[str, str, str], aggregate.Applied] = {}
+    totals: dict[aggregate.CountKey, int] = {}
+    live: dict[tuple[str, str, str], dict] = {}  # type: ignore[type-arg]
+    log: list[tuple[tuple[str, str, str], int, dict, bool]] = []  # type: ignore[type-arg]
+    rv = 0
+    for op, (rtype, name, ns), statuses in history:
+        key = (rtype.id, ns, name)
+        if op == "redeliver":
+            if not log:
+                continue
+            change = log[len(statuses) % len(log)]  # any earlier change, again
+        elif op == "delete":
+            if key not in live:
+                continue
+            rv += 1
+            change = (key, rv, copy.deepcopy(live.pop(key)), True)
+            log.append(change)
+        else:
+            rv += 1
+            live[key] = make(rtype, name, ns, statuses)
+            change = (key, rv, copy.deepcopy(live[key]), False)
+            log.append(change)
+        ckey, crv, obj, deleted = change
+        outcome = aggregate.apply_change(applied.get(ckey), resource_version=crv, obj=obj,
+                                         deleted=deleted)
+        if outcome is None:
+            continue
+        totals = aggregate.add(totals, outcome.delta)
+        if outcome.applied is None:
+            applied[ckey] = aggregate.Applied(crv, ns)
+        else:
+            applied[ckey] = outcome.applied
+    assert totals == aggregate.recount(live.values())
+
+
+def test_transitions_and_activity() -> None:
+    first = aggregate.apply_change(None, resource_version=1,
+                                   obj=make(POLR, "a", "ns", ["pass", "pass"]), deleted=False)
+    assert first is not None and first.applied is not None
+    second = aggregate.apply_change(first.applied, resource_version=2,
+                                    obj=make(POLR, "a", "ns", ["fail", "pass"]), deleted=False)
+    assert second is not None
+    [t] = second.transitions
+    assert (t.previous, t.current, t.policy, t.details["severity"]) == (
+        "pass", "fail", "disallow-capabilities", "medium")
+    assert second.activity[("ns", "disallow-capabilities")].new_failures == 1
+    assert aggregate.apply_change(second.applied, resource_version=2,
+                                  obj=make(POLR, "a", "ns", ["pass"]), deleted=False) is None
+    gone = aggregate.apply_change(second.applied, resource_version=3,
+                                  obj=make(POLR, "a", "ns", ["fail", "pass"]), deleted=True)
+    assert gone is not None and gone.applied is None
+    assert sum(gone.delta.values()) == -2
+    assert gone.activity[("ns", "disallow-capabilities")].resolved_failures == 1
+
+
+def test_applied_round_trips_through_json() -> None:
+    out = aggregate.apply_change(None, resource_version=4,
+                                 obj=make(POLR, "a", "ns", ["fail", "warn"]), deleted=False)
+    assert out is not None and out.applied is not None
+    back = aggregate.Applied.from_json(out.applied.to_json())
+    assert back.statuses == out.applied.statuses and back.counts() == out.applied.counts()
