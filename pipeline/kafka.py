@@ -53,7 +53,9 @@ async def ensure_topics(settings: Settings, bootstrap: str) -> None:
     try:
         existing = set(await admin.list_topics())
         wanted = [NewTopic(t, 1, 1) for t in (settings.changes_topic, settings.requests_topic,
-                                               settings.replies_topic) if t not in existing]
+                                               settings.replies_topic,
+                                               settings.result_events_topic,
+                                               settings.summaries_topic) if t not in existing]
         if wanted:
             try:
                 await admin.create_topics(wanted)

@@ -104,8 +104,10 @@ def result_rows(change: Change, committed: datetime, cluster: str) -> list[list[
         refs = r.get("resources")
         ref = refs[0] if isinstance(refs, list) and refs and isinstance(refs[0], dict) \
             else scope_ref
-        ts = r.get("timestamp") if isinstance(r.get("timestamp"), dict) else {}
-        props = r.get("properties") if isinstance(r.get("properties"), dict) else {}
+        ts = r.get("timestamp")
+        ts = ts if isinstance(ts, dict) else {}
+        props = r.get("properties")
+        props = props if isinstance(props, dict) else {}
         rows.append([
             cluster, rtype.id, namespace, meta.get("name") or "", meta.get("uid") or "",
             change.resource_version, idx, committed, str(ref.get("kind") or ""),
@@ -241,6 +243,17 @@ class ReportStore:
             client.insert("changes_progress", [[topic, partition, offset, last_rv]],
                           column_names=["topic", "partition", "offset", "resource_version"])
         await self.run(insert)
+
+    async def write_policy_counts(self, rows: Sequence[Sequence[Any]]) -> None:
+        await self.run(lambda client: client.insert("policy_counts", rows, column_names=(
+            "cluster", "namespace", "policy", *objects.SUMMARY_FIELDS, "resource_version",
+            "updated")))
+
+    async def write_policy_windows(self, rows: Sequence[Sequence[Any]]) -> None:
+        await self.run(lambda client: client.insert("policy_windows", rows, column_names=(
+            "cluster", "namespace", "policy", "window_start", "window_end", "results_written",
+            "new_failures", "resolved_failures", *objects.SUMMARY_FIELDS, "resource_version",
+            "updated")))
 
     async def progress(self, topic: str, partition: int = 0) -> Progress | None:
         def query(client: Client) -> Progress | None:

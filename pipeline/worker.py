@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import faust
 
 from pipeline import kafka
+from pipeline.aggregator import Aggregator, Topics
 from pipeline.committer import Committer, change_key
 from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError, WriteRequest
 from pipeline.settings import Settings
@@ -87,6 +89,32 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
             for r in replies:
                 await r
             await committer.trim()
+
+    contributions = app.Table(f"{settings.topic_prefix}-contributions", default=None,
+                              partitions=1, key_type=str, use_partitioner=True)
+    activity = app.Table(f"{settings.topic_prefix}-activity", default=int, partitions=1,
+                         key_type=str, use_partitioner=True).tumbling(
+        settings.window_seconds, expires=timedelta(seconds=settings.window_seconds * 3))
+
+    async def publish(topic: str, key: bytes, value: bytes) -> Any:
+        return await app.producer.send(topic, key, value, None, None, None)
+
+    aggregator = Aggregator(store=store, contributions=contributions, activity=activity,
+                            publish=publish, topics=Topics(settings.result_events_topic,
+                                                           settings.summaries_topic),
+                            cluster=settings.cluster, window_seconds=settings.window_seconds)
+    app.aggregator = aggregator  # type: ignore[attr-defined]
+
+    @app.agent(changes, name="aggregate")
+    async def aggregate_changes(stream: Any) -> None:
+        async for events in stream.take_events(settings.materialize_batch,
+                                               within=settings.materialize_interval):
+            batch = []
+            for e in events:
+                change = kafka.change_from_record(e.message)
+                if change is not None:
+                    batch.append((change, float(e.message.timestamp)))
+            await aggregator.process(batch)
 
     @app.agent(changes, name="materialize")
     async def materialize(stream: Any) -> None:

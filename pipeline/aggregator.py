@@ -1,0 +1,202 @@
+"""The aggregating agent's work: applying committed changes to per-report
+contributions (a Faust table), keeping exact counts per namespace and policy,
+counting activity in tumbling windows (a windowed Faust table), and turning
+the results into public events and ClickHouse trend rows.
+
+Exactness: a report's contribution carries the resourceVersion it was applied
+at, so a change delivered twice, or replayed after a crash, is applied once.
+Counts are never stored on their own; they are the sum of the contributions,
+recomputed when the agent starts. When the contributions table comes back
+empty while ClickHouse holds reports (an embedded broker restarts empty), the
+table is rebuilt from ClickHouse's latest state first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from pipeline import aggregate, objects, resources
+from pipeline.messages import Change
+from pipeline.store import ReportStore
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+Publish = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
+METRICS = ("written", "new_failures", "resolved_failures")
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def window_start(ts: float, size: int) -> int:
+    return int(ts // size) * size
+
+
+@dataclass(frozen=True)
+class Topics:
+    result_events: str
+    summaries: str
+
+
+class Aggregator:
+    def __init__(self, *, store: ReportStore, contributions: MutableMapping[str, Any],
+                 activity: Any, publish: Publish, topics: Topics, cluster: str,
+                 window_seconds: int):
+        self._store = store
+        self._contributions = contributions
+        self._activity = activity  # a Faust windowed table (WindowWrapper)
+        self._publish = publish
+        self._topics = topics
+        self._cluster = cluster
+        self._window = window_seconds
+        self._totals: dict[aggregate.CountKey, int] | None = None
+        self._sent: list[Awaitable[Any]] = []
+
+    async def _send(self, topic: str, key: bytes, value: bytes) -> None:
+        self._sent.append(await self._publish(topic, key, value))
+
+    async def _delivered(self) -> None:
+        """Wait for every published record's acknowledgement (at-least-once)."""
+        sent, self._sent = self._sent, []
+        for ack in sent:
+            await ack
+
+    @property
+    def totals(self) -> dict[aggregate.CountKey, int]:
+        return dict(self._totals or {})
+
+    async def _ready(self) -> None:
+        if self._totals is not None:
+            return
+        if not len(self._contributions) and await self._store.watermark() > 0:
+            await self._rebuild()
+        totals: dict[aggregate.CountKey, int] = {}
+        for value in self._contributions.values():
+            totals = aggregate.add(totals, aggregate.Applied.from_json(value).counts())
+        self._totals = totals
+        rv = await self._store.watermark()
+        await self._emit_counts(aggregate.by_policy(totals).keys(), rv, datetime.now(UTC))
+        await self._delivered()
+
+    async def _rebuild(self) -> None:
+        count = 0
+        for rtype in resources.RESOURCES:
+            if not aggregate.counted(rtype):
+                continue
+            after: tuple[str, str] | None = None
+            while True:
+                page = await self._store.list_page(rtype.id, namespace=None, after=after,
+                                                   limit=1000)
+                for row in page:
+                    applied = aggregate.contribution(orjson.loads(row.raw), row.resource_version)
+                    if applied is not None:
+                        key = "/".join((rtype.id, row.namespace, row.name))
+                        self._contributions[key] = applied.to_json()
+                        count += 1
+                if len(page) < 1000:
+                    break
+                after = (page[-1].namespace, page[-1].name)
+        log.info("rebuilt %d report contributions from ClickHouse", count)
+
+    async def process(self, batch: Iterable[tuple[Change, float]]) -> None:
+        """Apply a batch of (change, commit timestamp) in log order."""
+        await self._ready()
+        assert self._totals is not None
+        touched: dict[tuple[str, str], float] = {}
+        last_rv = 0
+        for change, ts in batch:
+            key = "/".join(objects.identity(change.obj))
+            previous = self._contributions.get(key)
+            outcome = aggregate.apply_change(
+                aggregate.Applied.from_json(previous) if previous else None,
+                resource_version=change.resource_version, obj=change.obj,
+                deleted=change.type == "DELETED")
+            if outcome is None:
+                continue
+            last_rv = change.resource_version
+            namespace = objects.metadata(change.obj).get("namespace") or ""
+            applied = outcome.applied or aggregate.Applied(change.resource_version, namespace)
+            self._contributions[key] = applied.to_json()
+            self._totals = aggregate.add(self._totals, outcome.delta)
+            windows = self._activity.relative_to(ts)
+            for (ns, policy), act in outcome.activity.items():
+                for metric, n in zip(METRICS, (act.written, act.new_failures,
+                                               act.resolved_failures), strict=True):
+                    if n:
+                        windows[f"{ns}\x1f{policy}\x1f{metric}"] += n
+                touched[(ns, policy)] = ts
+            for (ns, policy, _status) in outcome.delta:
+                touched.setdefault((ns, policy), ts)
+            for t in outcome.transitions:
+                await self._send(self._topics.result_events, self._event_key(t),
+                                    self._event(t, change, ts))
+        if touched:
+            now = datetime.now(UTC)
+            await self._emit_counts(touched.keys(), last_rv, now)
+            await self._emit_windows(touched, last_rv, now)
+        await self._delivered()
+
+    def _event_key(self, t: aggregate.Transition) -> bytes:
+        return "/".join((self._cluster, t.namespace, t.policy, t.rule, t.resource)).encode()
+
+    def _event(self, t: aggregate.Transition, change: Change, ts: float) -> bytes:
+        meta = objects.metadata(change.obj)
+        kind, namespace, name = (t.resource.split("/", 2) + ["", ""])[:3]
+        return orjson.dumps({
+            "cluster": self._cluster, "namespace": t.namespace,
+            "report": {"apiVersion": change.obj.get("apiVersion"),
+                       "kind": change.obj.get("kind"), "name": meta.get("name", ""),
+                       "uid": meta.get("uid", "")},
+            "resource": {"kind": kind, "namespace": namespace, "name": name},
+            "policy": t.policy, "rule": t.rule, "previous": t.previous, "current": t.current,
+            **{k: t.details[k] for k in ("severity", "category", "source", "message")
+               if k in t.details},
+            "resourceVersion": str(change.resource_version), "time": iso(ts)})
+
+    async def _emit_counts(self, keys: Iterable[tuple[str, str]], rv: int,
+                           now: datetime) -> None:
+        per_policy = aggregate.by_policy(self._totals or {})
+        rows = []
+        for ns, policy in keys:
+            counts = per_policy.get((ns, policy), dict.fromkeys(aggregate.STATUSES, 0))
+            rows.append([self._cluster, ns, policy, *(counts[s] for s in aggregate.STATUSES),
+                         rv, now])
+            await self._send(self._topics.summaries,
+                                "/".join((self._cluster, ns, policy)).encode(),
+                                orjson.dumps({"kind": "current", "cluster": self._cluster,
+                                              "namespace": ns, "policy": policy,
+                                              "counts": counts, "resourceVersion": str(rv),
+                                              "time": iso(now.timestamp())}))
+        if rows:
+            await self._store.write_policy_counts(rows)
+
+    async def _emit_windows(self, touched: dict[tuple[str, str], float], rv: int,
+                            now: datetime) -> None:
+        per_policy = aggregate.by_policy(self._totals or {})
+        rows = []
+        for (ns, policy), ts in touched.items():
+            windows = self._activity.relative_to(ts)
+            values = [int(windows[f"{ns}\x1f{policy}\x1f{m}"].value()) for m in METRICS]
+            start = window_start(ts, self._window)
+            counts = per_policy.get((ns, policy), dict.fromkeys(aggregate.STATUSES, 0))
+            rows.append([self._cluster, ns, policy, datetime.fromtimestamp(start, UTC),
+                         datetime.fromtimestamp(start + self._window, UTC), *values,
+                         *(counts[s] for s in aggregate.STATUSES), rv, now])
+            await self._send(
+                self._topics.summaries,
+                "/".join((self._cluster, ns, policy, iso(start))).encode(),
+                orjson.dumps({"kind": "window", "cluster": self._cluster, "namespace": ns,
+                              "policy": policy,
+                              "window": {"start": iso(start), "end": iso(start + self._window)},
+                              "resultsWritten": values[0], "newFailures": values[1],
+                              "resolvedFailures": values[2], "counts": counts,
+                              "resourceVersion": str(rv), "time": iso(now.timestamp())}))
+        if rows:
+            await self._store.write_policy_windows(rows)
