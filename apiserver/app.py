@@ -18,7 +18,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from apiserver import discovery, openapi, patching, tables, validation, watching
+from apiserver import analytics, discovery, openapi, patching, tables, validation, watching
 from apiserver.errors import (
     ApiError,
     BadRequest,
@@ -35,6 +35,7 @@ from apiserver.selectors import parse_field_selector, parse_label_selector
 from apiserver.service import Item, ListQuery, ListResult, ReportService
 from pipeline.resources import ResourceType, by_path
 from pipeline.settings import Settings
+from pipeline.store import ReportStore
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -405,8 +406,8 @@ class Authn:
         await self._app(scope, receive, send)
 
 
-def create_app(service: ReportService, settings: Settings, *, token: str | None = None
-               ) -> ASGIApp:
+def create_app(service: ReportService, settings: Settings, *, token: str | None = None,
+               store: ReportStore | None = None) -> ASGIApp:
     handlers = Handlers(service, settings)
 
     async def api(request: Request) -> Response:
@@ -472,6 +473,8 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
         Route("/version", version), Route("/healthz", healthz), Route("/livez", healthz),
         Route("/readyz", healthz),
     ]
+    if store is not None:
+        routes.append(Route(analytics.PATH, analytics.endpoint(store), methods=["POST"]))
     app = Starlette(routes=routes, exception_handlers={
         ApiError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected})
     return Authn(app, token)

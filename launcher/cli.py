@@ -3,6 +3,7 @@
   up      the whole system on one machine (embedded broker and chDB by default)
   worker  only the Faust agents (production: scaled on their own)
   serve   only the frontend (production: behind the kube-apiserver aggregator)
+  trends  fail counts per namespace and policy over time, as a table and a chart
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ import sys
 from pathlib import Path
 
 from launcher.system import AlreadyRunning, ServeOptions, data_dir_lock, run
+from launcher.trends import (
+    Analytics,
+    RunningSystem,
+    ServerAnalytics,
+    TrendQuery,
+    parse_duration,
+    run_trends,
+)
 from pipeline.settings import Settings
 
 
@@ -39,7 +48,39 @@ def _parser() -> argparse.ArgumentParser:
                        help="require client certificates signed by this CA (the aggregator's"
                             " front-proxy CA); without it a bearer token under data-dir is"
                             " required")
+    trends = sub.add_parser("trends", help="print (and chart) fail counts over time")
+    trends.add_argument("--data-dir", type=Path,
+                        help="ask the `up` running on this directory (embedded ClickHouse);"
+                             " without it CLICKHOUSE_URL is queried directly")
+    trends.add_argument("--window", default="1m", help="bucket size, e.g. 1m, 1h, 1d")
+    trends.add_argument("--since", default="24h", help="how far back, e.g. 1h, 7d, 30d")
+    trends.add_argument("--namespace", help="only this namespace")
+    trends.add_argument("--policy", help="only this policy")
+    trends.add_argument("--chart", type=Path, help="also draw a chart: FILE.png or FILE.svg")
+    trends.add_argument("--top", type=int, default=10, help="series drawn in the chart")
     return parser
+
+
+def _trends(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        query = TrendQuery(settings.cluster, parse_duration(args.window),
+                           parse_duration(args.since), args.namespace, args.policy)
+        if args.chart is not None and args.chart.suffix.lower() not in (".png", ".svg"):
+            raise ValueError("--chart must name a .png or .svg file")
+        source: Analytics
+        if args.data_dir is not None:
+            source = RunningSystem(args.data_dir)
+        elif settings.clickhouse_url:
+            source = ServerAnalytics(settings)
+        else:
+            raise ValueError("give --data-dir of a running `up`, or set CLICKHOUSE_URL")
+        print(asyncio.run(run_trends(source, query, chart=args.chart, top=args.top)))
+    except (ValueError, OSError, RuntimeError) as err:
+        print(f"reports-pipeline trends: {err}", file=sys.stderr)
+        return 1
+    if args.chart is not None:
+        print(f"chart written to {args.chart}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"reports-pipeline: {err}", file=sys.stderr)
         return 2
+    if args.command == "trends":
+        return _trends(args, settings)
     if args.command == "up":
         options = ServeOptions(args.data_dir, host=args.host, port=args.port)
         try:

@@ -161,7 +161,7 @@ class System:
         service = ReportService(store=store, changelog=changelog, writer=writer)
         if token:
             self.token = ensure_token(self.data_dir / "tls")
-        self.app = create_app(service, settings, token=self.token or None)
+        self.app = create_app(service, settings, token=self.token or None, store=store)
 
     async def stop(self) -> None:
         await self._stack.aclose()

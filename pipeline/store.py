@@ -40,6 +40,10 @@ class StoreError(RuntimeError):
     """ClickHouse could not do what was asked."""
 
 
+class QueryError(ValueError):
+    """An analyst's query was refused or failed."""
+
+
 @dataclass(frozen=True)
 class StoredObject:
     resource_version: int
@@ -155,17 +159,19 @@ class ReportStore:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="clickhouse")
 
     # -- connection ---------------------------------------------------------
-    def _connect(self, database: str | None) -> Client:
+    def _connect(self, database: str | None, *, readonly: bool = False) -> Client:
+        settings = {"readonly": "1"} if readonly else None
         if self._settings.clickhouse_url:
             client = clickhouse_connect.get_client(dsn=self._settings.clickhouse_url,
-                                                   database=database or "default")
+                                                   database=database or "default",
+                                                   settings=settings)
         else:
             if self._data_dir is None:
                 raise StoreError("embedded ClickHouse needs a data directory")
             path = self._data_dir / "clickhouse"
             path.mkdir(parents=True, exist_ok=True)
             client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}",
-                                                   database=database)
+                                                   database=database, settings=settings)
         with self._lock:
             self._clients.append(client)
         return client
@@ -216,6 +222,22 @@ class ReportStore:
                 client.command(statement)
             client.insert("schema_migrations", [[number, name]], column_names=["version", "name"])
             log.info("applied migration %s", name)
+
+    async def analytics(self, sql: str, parameters: dict[str, Any] | None = None
+                        ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """A read-only query for analysts: (column names, rows). Runs on a client
+        whose session is ``readonly``, so it cannot change anything."""
+        def query() -> tuple[list[str], list[tuple[Any, ...]]]:
+            client = getattr(self._local, "readonly", None)
+            if client is None:
+                client = self._local.readonly = self._connect(self._settings.database,
+                                                              readonly=True)
+            try:
+                result = client.query(sql, parameters=parameters or {})
+            except ClickHouseError as err:
+                raise QueryError(str(err)) from err
+            return list(result.column_names), [tuple(r) for r in result.result_rows]
+        return await asyncio.get_running_loop().run_in_executor(self._pool, query)
 
     async def close(self) -> None:
         self._pool.shutdown(wait=True)
