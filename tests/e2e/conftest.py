@@ -33,9 +33,9 @@ class Up:
     def __init__(self, data_dir: Path, env: dict[str, str] | None = None):
         self.data_dir = data_dir
         self.kubeconfig = data_dir / "kubeconfig"
-        env = {**os.environ, "REPORTS_TOPIC_PREFIX": "e2e", **(env or {})}
-        env.pop("KAFKA_BOOTSTRAP", None)
-        env.pop("CLICKHOUSE_URL", None)
+        inherited = {k: v for k, v in os.environ.items()
+                     if k not in ("KAFKA_BOOTSTRAP", "CLICKHOUSE_URL")}
+        env = {**inherited, "REPORTS_TOPIC_PREFIX": "e2e", **(env or {})}
         self.proc = subprocess.Popen(
             [str(BIN / "reports-pipeline"), "up", "--data-dir", str(data_dir)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

@@ -1,0 +1,201 @@
+"""A randomized workload through the frontend while the Faust worker is killed
+(SIGKILL) and restarted: afterwards ClickHouse's current counts per namespace
+and policy, and the last values on the summaries topic, equal a recount from
+the reports the frontend lists. The public topics follow their JSON Schemas,
+and the consumer example prints a pass -> fail transition."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import ssl
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import jsonschema
+import pytest
+import yaml
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from launcher.broker import EmbeddedBroker
+from pipeline import aggregate
+from pipeline.resources import RESOURCES
+from tests.e2e.conftest import BIN, Up
+from tests.helpers import collection_path, report
+
+pytestmark = pytest.mark.e2e
+POLR = RESOURCES[0]
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACES = ("alpha", "beta", "gamma")
+
+
+def client_for(up: Up) -> httpx.AsyncClient:
+    config = yaml.safe_load(up.kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+    return httpx.AsyncClient(base_url=cluster["server"], timeout=30,
+                             verify=ssl.create_default_context(cadata=ca),
+                             headers={"Authorization": f"Bearer {config['users'][0]['user']['token']}"})
+
+
+def random_report(rng: random.Random, name: str, ns: str) -> dict:  # type: ignore[type-arg]
+    obj = report(POLR, name, ns)
+    for r in obj["results"]:
+        r["result"] = rng.choice(["pass", "pass", "pass", "fail", "warn", "skip"])
+    del obj["summary"]
+    return obj
+
+
+async def workload(api: httpx.AsyncClient, rng: random.Random, steps: int) -> None:
+    for _ in range(steps):
+        ns, name = rng.choice(NAMESPACES), f"r{rng.randrange(12)}"
+        path = f"{collection_path(POLR, ns)}/{name}"
+        current = await api.get(path)
+        if current.status_code == 404:
+            r = await api.post(collection_path(POLR, ns), json=random_report(rng, name, ns))
+            assert r.status_code == 201, r.text
+        elif rng.random() < 0.3:
+            assert (await api.delete(path)).status_code == 200
+        else:
+            body = random_report(rng, name, ns)
+            body["metadata"]["resourceVersion"] = current.json()["metadata"]["resourceVersion"]
+            r = await api.put(path, json=body)
+            assert r.status_code == 200, r.text
+
+
+async def query(api: httpx.AsyncClient, sql: str) -> list[list]:  # type: ignore[type-arg]
+    r = await api.post("/analytics/v1/query", json={"query": sql})
+    assert r.status_code == 200, r.text
+    return r.json()["rows"]  # type: ignore[no-any-return]
+
+
+def nonzero(counts: dict) -> dict:  # type: ignore[type-arg]
+    return {k: v for k, v in counts.items() if any(v.values())}
+
+
+async def summaries(bootstrap: str, prefix: str) -> tuple[dict, list[dict]]:  # type: ignore[type-arg]
+    """Every record on the summaries topic, and the last "current" one per key."""
+    tp = TopicPartition(f"{prefix}.summaries", 0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    last: dict = {}  # type: ignore[type-arg]
+    values: list[dict] = []  # type: ignore[type-arg]
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            for record in batch.get(tp, []):
+                value = json.loads(record.value)
+                values.append(value)
+                if value["kind"] == "current":
+                    last[(value["namespace"], value["policy"])] = value["counts"]
+    finally:
+        await consumer.stop()
+    return last, values
+
+
+async def test_counts_survive_a_killed_worker(tmp_path: Path) -> None:
+    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+    broker = EmbeddedBroker(log_file=tmp_path / "broker.log")
+    await broker.start()
+    env = {"KAFKA_BOOTSTRAP": broker.bootstrap, "REPORTS_TOPIC_PREFIX": prefix}
+    rng = random.Random(20261121)
+    up = Up(tmp_path / "data", env)
+    try:
+        await asyncio.to_thread(up.wait_ready)
+        async with client_for(up) as api:
+            await workload(api, rng, 150)
+        up.kill()  # SIGKILL: the Faust agents die wherever they are
+        up = Up(tmp_path / "data", env)
+        await asyncio.to_thread(up.wait_ready)
+        async with client_for(up) as api:
+            await workload(api, rng, 150)
+            listed = (await api.get(collection_path(POLR, None))).json()["items"]
+            expected = nonzero(aggregate.by_policy(aggregate.recount(listed)))
+            assert expected, "the workload left failing and passing results"
+
+            async def materialized() -> dict:  # type: ignore[type-arg]
+                rows = await query(api, "SELECT namespace, policy, pass, fail, warn, error,"
+                                        " skip FROM policy_counts FINAL")
+                return nonzero({(r[0], r[1]): dict(zip(aggregate.STATUSES, r[2:], strict=True))
+                                for r in rows})
+            async with asyncio.timeout(60):
+                while (got := await materialized()) != expected:
+                    await asyncio.sleep(0.2)
+            assert got == expected
+            history = await query(api, "SELECT count() FROM results")
+            assert history[0][0] > 0
+        last, values = await summaries(broker.bootstrap, prefix)
+        assert nonzero(last) == expected
+        schema = json.loads((ROOT / "schemas" / "summaries.schema.json").read_text())
+        for value in values:
+            jsonschema.validate(value, schema)
+        assert any(v["kind"] == "window" for v in values)
+    finally:
+        up.kill()
+        await broker.stop()
+
+
+async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:
+    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+    broker = EmbeddedBroker(log_file=tmp_path / "broker.log")
+    await broker.start()
+    up = Up(tmp_path / "data", {"KAFKA_BOOTSTRAP": broker.bootstrap,
+                                "REPORTS_TOPIC_PREFIX": prefix})
+    example = None
+    try:
+        await asyncio.to_thread(up.wait_ready)
+        example = await asyncio.create_subprocess_exec(
+            str(BIN / "python"), str(ROOT / "examples" / "print_new_failures.py"),
+            "--bootstrap", broker.bootstrap, "--prefix", prefix,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert example.stdout is not None
+        async with asyncio.timeout(30):
+            assert b"watching" in await example.stdout.readline()
+        async with client_for(up) as api:
+            path = collection_path(POLR, "shop")
+            created = (await api.post(path, json=report(POLR, "web", "shop"))).json()
+            failing = report(POLR, "web", "shop", fail=1)
+            failing["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+            assert (await api.put(f"{path}/web", json=failing)).status_code == 200
+        async with asyncio.timeout(60):
+            line = (await example.stdout.readline()).decode()
+        assert "FAIL shop/Pod/kyverno-admission-controller-7d998c79c4-rj7th" in line
+        assert "disallow-capabilities/adding-capabilities (was pass" in line
+
+        consumer = AIOKafkaConsumer(f"{prefix}.result-events", f"{prefix}.changes",
+                                    bootstrap_servers=broker.bootstrap,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            batch = await consumer.getmany(timeout_ms=3000)
+        finally:
+            await consumer.stop()
+        schemas = {t: json.loads((ROOT / "schemas" / f"{t}.schema.json").read_text())
+                   for t in ("result-events", "changes")}
+        seen = set()
+        for tp, records in batch.items():
+            kind = tp.topic.removeprefix(f"{prefix}.")
+            for record in records:
+                jsonschema.validate(json.loads(record.value), schemas[kind])
+                seen.add(kind)
+        assert seen == {"result-events", "changes"}
+    finally:
+        if example is not None and example.returncode is None:
+            example.terminate()
+            await example.wait()
+        up.kill()
+        await broker.stop()
+
+
+def test_example_is_runnable() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "print_new_failures.py"),
+                          "--help"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and "--bootstrap" in out.stdout
