@@ -1,0 +1,97 @@
+"""The README's analytics SQL and the trend command's query, run on embedded
+chDB after real writes went through the pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from launcher.trends import TrendQuery, run_trends
+from pipeline.resources import RESOURCES
+from tests.helpers import collection_path, report
+
+pytestmark = pytest.mark.integration
+POLR = RESOURCES[0]
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_queries() -> dict[str, str]:
+    blocks = re.findall(r"```sql\n(.*?)```", README.read_text(), re.S)
+    out = {}
+    for block in blocks:
+        m = re.match(r"-- name: (\S+)", block)
+        if m:
+            out[m.group(1)] = block
+    return out
+
+
+def scored(name: str, ns: str, *, fail: int, severity: str, score: str | None) -> dict:  # type: ignore[type-arg]
+    obj = report(POLR, name, ns, fail=fail)
+    obj["scope"]["name"] = f"{name}-pod"
+    for r in obj["results"][:fail]:
+        r["severity"] = severity
+    if score is not None:
+        obj["results"][0]["properties"] = {"score": score, "cve": "CVE-2026-0001"}
+    return obj
+
+
+class Store:
+    def __init__(self, running):  # type: ignore[no-untyped-def]
+        self.store = running.system.store
+
+    async def query(self, sql: str, parameters: dict) -> tuple:  # type: ignore[type-arg]
+        return await self.store.analytics(sql, parameters)  # type: ignore[no-any-return]
+
+
+async def test_readme_queries_answer_their_questions(start, make_settings) -> None:  # type: ignore[no-untyped-def]
+    running = await start(make_settings())
+    api = running.client
+    docs = [("web", "shop", 3, "high", "9.1"), ("db", "shop", 1, "critical", "5.0"),
+            ("api", "pay", 2, "high", "8.0"), ("ok", "pay", 0, "low", None)]
+    for name, ns, fail, severity, score in docs:
+        r = await api.post(collection_path(POLR, ns),
+                           json=scored(name, ns, fail=fail, severity=severity, score=score))
+        assert r.status_code == 201, r.text
+    # a report replaced later: only its current version counts
+    current = (await api.get(f"{collection_path(POLR, 'pay')}/ok")).json()
+    replaced = scored("ok", "pay", fail=1, severity="critical", score=None)
+    replaced["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    assert (await api.put(f"{collection_path(POLR, 'pay')}/ok", json=replaced)).status_code \
+        == 200
+
+    queries = readme_queries()
+    assert set(queries) == {"failing-now", "daily-fails", "top-resources", "high-scores"}
+    store = running.system.store
+    async with asyncio.timeout(30):
+        while True:
+            _, rows = await store.analytics(queries["failing-now"])
+            if len(rows) >= 3 and sum(r[2] for r in rows) == 7:
+                break
+            await asyncio.sleep(0.1)
+    assert [tuple(r) for r in rows] == [("pay", "disallow-capabilities", 2),
+                                        ("shop", "disallow-capabilities", 2),
+                                        ("shop", "disallow-capabilities-strict", 2),
+                                        ("pay", "disallow-capabilities-strict", 1)]
+
+    _, rows = await store.analytics(queries["daily-fails"])
+    assert sum(r[2] for r in rows if r[0] == max(x[0] for x in rows)) == 7
+
+    _, rows = await store.analytics(queries["top-resources"])
+    assert [(r[2], r[3]) for r in rows] == [("web-pod", 3), ("api-pod", 2), ("ok-pod", 1),
+                                            ("db-pod", 1)]
+
+    _, rows = await store.analytics(queries["high-scores"])
+    assert [(r[0], r[1], r[6]) for r in rows] == [("shop", "web", 9.1), ("pay", "api", 8.0)]
+
+    table = await run_trends(Store(running), TrendQuery("default", 60, 3600))
+    lines = table.splitlines()
+    assert lines[0].split() == ["TIME", "NAMESPACE", "POLICY", "FAIL", "NEW", "RESOLVED"]
+    shop_caps = [ln.split()[4] for ln in lines[1:] if ln.split()[2:4] == [
+        "shop", "disallow-capabilities"]]
+    assert shop_caps and shop_caps[-1] == "2"
+    shop = await run_trends(Store(running), TrendQuery("default", 60, 3600, namespace="pay",
+                                                       policy="disallow-capabilities"))
+    assert {ln.split()[2] for ln in shop.splitlines()[1:]} == {"pay"}
