@@ -291,16 +291,20 @@ async def _items(objects: list[JSON]) -> AsyncIterator[Item]:
         yield Item(meta.get("namespace", ""), meta.get("name", ""), 0, obj=obj)
 
 
+def _represent(rtype: ResourceType, kind: str, obj: JSON) -> JSON:
+    """One object in the representation the client asked for."""
+    if kind == "table":
+        return tables.table(rtype, [obj], resource_version=str(
+            obj["metadata"].get("resourceVersion", "")))
+    if kind == "metadata":
+        return tables.partial_metadata(obj)
+    return obj
+
+
 def _object_response(rtype: ResourceType, kind: str, obj: JSON, status: int = 200,
                      warnings: list[str] | None = None) -> Response:
     headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
-    if kind == "table":
-        body: Any = tables.table(rtype, [obj], resource_version=str(
-            obj["metadata"].get("resourceVersion", "")))
-    elif kind == "metadata":
-        body = tables.partial_metadata(obj)
-    else:
-        body = obj
+    body = _represent(rtype, kind, obj)
     if kind == "yaml":
         return Response(yaml.safe_dump(body, sort_keys=False), status_code=status,
                         media_type="application/yaml", headers=headers)
@@ -360,16 +364,12 @@ def _event_renderer(rtype: ResourceType, kind: str) -> watching.Render:
     def render(etype: str, obj: JSON) -> bytes:
         if etype in ("ERROR", "BOOKMARK"):
             body = obj if etype == "ERROR" or kind != "metadata" else tables.partial_metadata(obj)
-        elif kind == "table":
-            body = tables.table(rtype, [obj], resource_version=str(
-                obj["metadata"].get("resourceVersion", "")))
-            if not first[0]:
-                body["columnDefinitions"] = []
-            first[0] = False
-        elif kind == "metadata":
-            body = tables.partial_metadata(obj)
         else:
-            body = obj
+            body = _represent(rtype, kind, obj)
+            if kind == "table":
+                if not first[0]:
+                    body["columnDefinitions"] = []
+                first[0] = False
         return orjson.dumps({"type": etype, "object": body}) + b"\n"
     return render
 

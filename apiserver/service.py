@@ -3,6 +3,7 @@ tail for reads, the committer (through Kafka) for writes."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -166,9 +167,9 @@ class ReportService:
     async def iterate(self, query: ListQuery, after: tuple[str, str] | None = None, *,
                       batch: int = PAGE) -> AsyncIterator[Item]:
         """Current objects matching ``query`` in (namespace, name) order."""
-        overlay = sorted(
+        overlay = deque(sorted(
             ((k[1], k[2]), c) for k, c in self.changelog.newest(query.rtype.id, query.namespace)
-            if after is None or (k[1], k[2]) > after)
+            if after is None or (k[1], k[2]) > after))
         params: dict[str, Any] = {}
         conditions = query.labels.sql(params) + query.fields.sql(params)
         cursor = after
@@ -181,7 +182,7 @@ class ReportService:
             merged: dict[tuple[str, str], Item | Change] = {
                 (r.namespace, r.name): _stored(r) for r in rows}
             while overlay and (upper is None or overlay[0][0] <= upper):
-                key, change = overlay.pop(0)
+                key, change = overlay.popleft()
                 have = merged.get(key)
                 if have is None or change.resource_version >= have.resource_version:
                     merged[key] = change

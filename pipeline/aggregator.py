@@ -97,7 +97,7 @@ class Aggregator:
                 for row in page:
                     applied = aggregate.contribution(orjson.loads(row.raw), row.resource_version)
                     if applied is not None:
-                        key = "/".join((rtype.id, row.namespace, row.name))
+                        key = objects.object_key(rtype, row.namespace, row.name)
                         self._contributions[key] = applied.to_json()
                         count += 1
                 if len(page) < 1000:
@@ -112,7 +112,7 @@ class Aggregator:
         touched: dict[tuple[str, str], float] = {}
         last_rv = 0
         for change, ts in batch:
-            key = "/".join(objects.identity(change.obj))
+            key = objects.object_key(*objects.identity(change.obj))
             previous = self._contributions.get(key)
             outcome = aggregate.apply_change(
                 aggregate.Applied.from_json(previous) if previous else None,

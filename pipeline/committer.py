@@ -25,9 +25,6 @@ def _key(req: WriteRequest) -> Key:
     return (req.resource, req.namespace, req.name)
 
 
-def change_key(change: Change) -> Key:
-    return objects.identity(change.obj)
-
 
 class Committer:
     def __init__(self, store: ReportStore, read_tail: TailReader, *, max_keys: int = 50000):
@@ -51,7 +48,7 @@ class Committer:
         tail = await self._read_tail()
         self._state = {}
         for change in tail:
-            self._state[change_key(change)] = current_after(change)
+            self._state[objects.identity(change.obj)] = current_after(change)
         self._next_rv = max([watermark, *(c.resource_version for c in tail)]) + 1
         self._ready = True
         log.info("committer recovered: %d changes in the log tail, next resourceVersion %d",

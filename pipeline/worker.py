@@ -17,8 +17,9 @@ import faust
 
 from pipeline import kafka
 from pipeline.aggregator import Aggregator, Topics
-from pipeline.committer import Committer, change_key
+from pipeline.committer import Committer
 from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError, WriteRequest
+from pipeline.objects import identity, object_key
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
 
@@ -78,7 +79,7 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
             for d in decisions:
                 if d.change is not None:
                     acks.append(await changes.send(
-                        key="/".join(change_key(d.change)).encode(), value=d.change.encode(),
+                        key=object_key(*identity(d.change.obj)).encode(), value=d.change.encode(),
                         headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())]))
             for ack in acks:
                 await ack
