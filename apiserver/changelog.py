@@ -166,12 +166,21 @@ class ChangeLog:
             async with asyncio.timeout(self._settings.write_timeout):
                 async with self._advanced:
                     await self._advanced.wait_for(lambda: self._position >= end)
+        except TimeoutError as err:
+            raise Unavailable("the change log is behind; retry", retry_after=1) from err
+        await self.settled()
+
+    async def settled(self) -> None:
+        """Wait until ClickHouse holds every change older than the cache, so
+        ClickHouse overlaid with the cache is the whole state."""
+        try:
+            async with asyncio.timeout(self._settings.write_timeout):
                 while self._watermark < self._floor:
                     self._watermark = await self._store.watermark()
                     if self._watermark < self._floor:
                         await asyncio.sleep(0.02)
         except TimeoutError as err:
-            raise Unavailable("the change log is behind; retry", retry_after=1) from err
+            raise Unavailable("the materializer is behind; retry", retry_after=1) from err
 
     def subscribe(self, since: int, *, limit: int = 10000) -> tuple[list[Event], Subscription]:
         """Events after resourceVersion ``since`` from the cache, and a

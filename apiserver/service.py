@@ -107,6 +107,7 @@ class ReportService:
             except Unavailable as err:
                 raise Timeout(f"Too large resource version: {wanted}, current:"
                               f" {self.changelog.resource_version}", retry_after=1) from err
+        await self.changelog.settled()
         current = self.changelog.resource_version
         if match == "Exact" and wanted != current:
             raise Gone(f"resourceVersion {wanted} is not the current one ({current}); only the"

@@ -72,11 +72,15 @@ class Aggregator:
     def totals(self) -> dict[aggregate.CountKey, int]:
         return dict(self._totals or {})
 
-    async def _ready(self) -> None:
+    async def _ready(self, first_rv: int) -> None:
+        """Sum the counts from the contributions table. When the table is empty
+        (a first start, or its changelog was lost with the broker), it is first
+        filled from what ClickHouse holds of versions older than the first
+        change in hand; the log supplies the rest."""
         if self._totals is not None:
             return
-        if not len(self._contributions) and await self._store.watermark() > 0:
-            await self._rebuild()
+        if not len(self._contributions):
+            await self._rebuild(before=first_rv)
         totals: dict[aggregate.CountKey, int] = {}
         for value in self._contributions.values():
             totals = aggregate.add(totals, aggregate.Applied.from_json(value).counts())
@@ -85,31 +89,40 @@ class Aggregator:
         await self._emit_counts(aggregate.by_policy(totals).keys(), rv, datetime.now(UTC))
         await self._delivered()
 
-    async def _rebuild(self) -> None:
+    async def _rebuild(self, *, before: int) -> None:
         count = 0
         for rtype in resources.RESOURCES:
             if not aggregate.counted(rtype):
                 continue
             after: tuple[str, str] | None = None
             while True:
-                page = await self._store.list_page(rtype.id, namespace=None, after=after,
-                                                   limit=1000)
-                for row in page:
+                page = await self._store.versions_before(rtype.id, before, after=after)
+                for row, deleted in page:
                     applied = aggregate.contribution(orjson.loads(row.raw), row.resource_version)
                     if applied is not None:
+                        if deleted:
+                            applied = aggregate.Applied(row.resource_version, applied.namespace)
                         key = objects.object_key(rtype, row.namespace, row.name)
                         self._contributions[key] = applied.to_json()
                         count += 1
                 if len(page) < 1000:
                     break
-                after = (page[-1].namespace, page[-1].name)
-        log.info("rebuilt %d report contributions from ClickHouse", count)
+                after = (page[-1][0].namespace, page[-1][0].name)
+        if count:
+            log.info("rebuilt %d report contributions from ClickHouse", count)
 
     async def process(self, batch: Iterable[tuple[Change, float]]) -> None:
         """Apply a batch of (change, commit timestamp) in log order."""
-        await self._ready()
+        batch = list(batch)
+        if not batch:
+            return
+        await self._ready(batch[0][0].resource_version)
         assert self._totals is not None
         touched: dict[tuple[str, str], float] = {}
+        # Window increments are summed over the batch and applied once per key:
+        # every table update is a changelog record.
+        increments: dict[tuple[int, str], int] = {}
+        window_ts: dict[int, float] = {}
         last_rv = 0
         for change, ts in batch:
             key = objects.object_key(*objects.identity(change.obj))
@@ -125,18 +138,22 @@ class Aggregator:
             applied = outcome.applied or aggregate.Applied(change.resource_version, namespace)
             self._contributions[key] = applied.to_json()
             self._totals = aggregate.add(self._totals, outcome.delta)
-            windows = self._activity.relative_to(ts)
+            start = window_start(ts, self._window)
+            window_ts[start] = ts
             for (ns, policy), act in outcome.activity.items():
                 for metric, n in zip(METRICS, (act.written, act.new_failures,
                                                act.resolved_failures), strict=True):
                     if n:
-                        windows[f"{ns}\x1f{policy}\x1f{metric}"] += n
+                        slot = (start, f"{ns}\x1f{policy}\x1f{metric}")
+                        increments[slot] = increments.get(slot, 0) + n
                 touched[(ns, policy)] = ts
             for (ns, policy, _status) in outcome.delta:
                 touched.setdefault((ns, policy), ts)
             for t in outcome.transitions:
                 await self._send(self._topics.result_events, self._event_key(t),
                                     self._event(t, change, ts))
+        for (start, name), n in increments.items():
+            self._activity.relative_to(window_ts[start])[name] += n
         if touched:
             now = datetime.now(UTC)
             await self._emit_counts(touched.keys(), last_rv, now)

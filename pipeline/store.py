@@ -251,9 +251,9 @@ class ReportStore:
 
     # -- materializing ------------------------------------------------------
     async def write_changes(self, changes: Sequence[Change], *, topic: str, partition: int,
-                            offset: int) -> None:
+                            offset: int, committed: datetime | None = None) -> None:
         """Insert a batch of changes, then record progress. Safe to repeat."""
-        now = datetime.now(UTC)
+        now = committed or datetime.now(UTC)
         rows = [report_row(c, now) for c in changes]
         results = [row for c in changes for row in result_rows(c, now, self._settings.cluster)]
         last_rv = max(c.resource_version for c in changes)
@@ -292,6 +292,13 @@ class ReportStore:
             return int(client.query("SELECT max(resource_version) FROM reports").result_rows[0][0])
         return await self.run(query)
 
+    async def live_keys(self) -> set[tuple[str, str, str]]:
+        """(resource, namespace, name) of every object not deleted."""
+        def query(client: Client) -> set[tuple[str, str, str]]:
+            rows = client.query("SELECT resource, namespace, name FROM reports FINAL").result_rows
+            return {(r[0], r[1], r[2]) for r in rows}
+        return await self.run(query)
+
     # -- reads --------------------------------------------------------------
     async def current(self, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str],
                                                                            Current]:
@@ -318,6 +325,25 @@ class ReportStore:
                 parameters={"r": resource, "ns": namespace, "n": name}).result_rows
             return StoredObject(int(rows[0][0]), rows[0][1], rows[0][2], rows[0][3]) if rows \
                 else None
+        return await self.run(query)
+
+    async def versions_before(self, resource: str, before: int, *,
+                              after: tuple[str, str] | None = None, limit: int = 1000
+                              ) -> list[tuple[StoredObject, bool]]:
+        """Per object in (namespace, name) order after ``after``: its latest
+        stored version older than ``before``, and whether that was a deletion."""
+        params: dict[str, Any] = {"r": resource, "before": before, "lim": limit,
+                                  "ans": after[0] if after else "",
+                                  "aname": after[1] if after else ""}
+        sql = ("SELECT resource_version, namespace, name, object, deleted FROM reports"
+               " WHERE resource = {r:String} AND resource_version < {before:UInt64}"
+               + (" AND (namespace, name) > ({ans:String}, {aname:String})" if after else "")
+               + " ORDER BY namespace, name, resource_version DESC LIMIT 1 BY namespace, name"
+               " LIMIT {lim:UInt32}")
+
+        def query(client: Client) -> list[tuple[StoredObject, bool]]:
+            rows = client.query(sql, parameters=params).result_rows
+            return [(StoredObject(int(r[0]), r[1], r[2], r[3]), bool(r[4])) for r in rows]
         return await self.run(query)
 
     async def list_page(self, resource: str, *, namespace: str | None,
