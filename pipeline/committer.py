@@ -2,7 +2,9 @@
 about, and the next resourceVersion. Decisions themselves are ``commit.decide``.
 
 State comes from ClickHouse (materialized) plus the change log's tail that
-ClickHouse may not have yet; after that it follows its own decisions.
+ClickHouse may not have yet; after that it follows its own decisions. The
+committer also holds the set of every live key, so a create of a new key (most
+of the write traffic) is decided without asking ClickHouse anything.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ def _key(req: WriteRequest) -> Key:
     return (req.resource, req.namespace, req.name)
 
 
-
 class Committer:
     def __init__(self, store: ReportStore, read_tail: TailReader, *, max_keys: int = 50000):
         self._store = store
         self._read_tail = read_tail
         self._state: dict[Key, Current] = {}
+        self._live: set[Key] = set()
         self._next_rv = 0
         self._max_keys = max_keys
         self._ready = False
@@ -45,19 +47,24 @@ class Committer:
 
     async def recover(self) -> None:
         watermark = await self._store.watermark()
+        live = await self._store.live_keys()
         tail = await self._read_tail()
         self._state = {}
         for change in tail:
-            self._state[objects.identity(change.obj)] = current_after(change)
+            key = objects.identity(change.obj)
+            self._state[key] = current_after(change)
+            (live.discard if change.type == "DELETED" else live.add)(key)
+        self._live = live
         self._next_rv = max([watermark, *(c.resource_version for c in tail)]) + 1
         self._ready = True
-        log.info("committer recovered: %d changes in the log tail, next resourceVersion %d",
-                 len(tail), self._next_rv)
+        log.info("committer recovered: %d live objects, %d changes in the log tail,"
+                 " next resourceVersion %d", len(live), len(tail), self._next_rv)
 
     async def decide_batch(self, requests: Sequence[WriteRequest]) -> list[Decision]:
         if not self._ready:
             await self.recover()
         missing = {_key(r) for r in requests} - self._state.keys()
+        missing &= self._live
         if missing:
             self._state.update(await self._store.current(missing))
         decisions = []
@@ -67,6 +74,10 @@ class Committer:
                 decision = dry(decision)
             elif decision.change is not None:
                 self._state[_key(req)] = current_after(decision.change)
+                if decision.change.type == "DELETED":
+                    self._live.discard(_key(req))
+                else:
+                    self._live.add(_key(req))
                 self._next_rv += 1
             decisions.append(decision)
         return decisions

@@ -45,7 +45,7 @@ class Settings:
     materialize_batch: int = 500
     """REPORTS_MATERIALIZE_BATCH: most changes written to ClickHouse in one insert."""
 
-    materialize_interval: float = 0.05
+    materialize_interval: float = 0.25
     """REPORTS_MATERIALIZE_INTERVAL: seconds the materializer waits to fill a batch."""
 
     results_ttl_days: int = 90

@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import deque
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import faust
 
 from pipeline import kafka
 from pipeline.aggregator import Aggregator, Topics
+from pipeline.commit import Decision
 from pipeline.committer import Committer
 from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError, WriteRequest
 from pipeline.objects import identity, object_key
@@ -24,6 +27,8 @@ from pipeline.settings import Settings
 from pipeline.store import ReportStore
 
 log = logging.getLogger(__name__)
+#: Batches of decided writes whose acknowledgements may be outstanding at once.
+MAX_UNANSWERED = 16
 
 
 class PipelineApp(faust.App):
@@ -47,6 +52,10 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
         consumer_auto_offset_reset="earliest",
     )
     app.fetch_max_wait_ms = settings.fetch_max_wait_ms
+    # Table updates queue their changelog records in the producer buffer, and
+    # Faust pauses every stream (the committer's too) while it holds more than
+    # this; a batch of changes updates many keys at once.
+    app.producer.buffer.max_messages = 20_000
     requests = app.topic(settings.requests_topic, key_serializer="raw", value_serializer="raw",
                          partitions=1, internal=False)
     changes = app.topic(settings.changes_topic, key_serializer="raw", value_serializer="raw",
@@ -64,9 +73,32 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
 
     app.on_partitions_revoked.connect(_revoked)
 
+    async def answer(batch: list[WriteRequest], decisions: list[Decision],
+                     acks: list[Any]) -> None:
+        """Reply once the batch's changes are durable in the change log."""
+        try:
+            for ack in acks:
+                await ack
+            replies = []
+            for req, d in zip(batch, decisions, strict=True):
+                replies.append(await app.producer.send(
+                    req.reply_to, req.id.encode(), d.reply.encode(), None, None, None))
+            for r in replies:
+                await r
+        except Exception:
+            # The committer's state may now be ahead of the log: rebuild it.
+            # Unanswered writers time out with "outcome unknown".
+            log.exception("publishing a batch of changes failed")
+            committer.invalidate()
+
     @app.agent(requests, name="commit")
     async def commit(stream: Any) -> None:
-        async for events in stream.take_events(256, within=0.001):
+        # Batches are decided one after another (the committer's state and the
+        # resourceVersion counter move in log order) while earlier batches'
+        # acknowledgements are still awaited: the agent never idles on the
+        # broker's round trip.
+        answering: deque[asyncio.Task[None]] = deque()
+        async for events in stream.take_events(512, within=0.001):
             batch: list[WriteRequest] = []
             for event in events:
                 try:
@@ -81,14 +113,9 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                     acks.append(await changes.send(
                         key=object_key(*identity(d.change.obj)).encode(), value=d.change.encode(),
                         headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())]))
-            for ack in acks:
-                await ack
-            replies = []
-            for req, d in zip(batch, decisions, strict=True):
-                replies.append(await app.producer.send(
-                    req.reply_to, req.id.encode(), d.reply.encode(), None, None, None))
-            for r in replies:
-                await r
+            answering.append(asyncio.create_task(answer(batch, decisions, acks)))
+            while answering and (answering[0].done() or len(answering) > MAX_UNANSWERED):
+                await answering.popleft()
             await committer.trim()
 
     contributions = app.Table(f"{settings.topic_prefix}-contributions", default=None,
