@@ -4,6 +4,8 @@
   worker  only the Faust agents (production: scaled on their own)
   serve   only the frontend (production: behind the kube-apiserver aggregator)
   trends  fail counts per namespace and policy over time, as a table and a chart
+  bench   the benchmark: Kyverno-shaped traffic against a fresh `up`, and the
+          analytics questions against a PostgreSQL JSONB baseline
 """
 
 from __future__ import annotations
@@ -12,8 +14,13 @@ import argparse
 import asyncio
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from bench.runner import Options as BenchOptions
+from bench.runner import run as bench_run
+from bench.runner import write_json
+from bench.workload import Mix
 from launcher.system import AlreadyRunning, ServeOptions, data_dir_lock, run
 from launcher.trends import (
     Analytics,
@@ -58,7 +65,50 @@ def _parser() -> argparse.ArgumentParser:
     trends.add_argument("--policy", help="only this policy")
     trends.add_argument("--chart", type=Path, help="also draw a chart: FILE.png or FILE.svg")
     trends.add_argument("--top", type=int, default=10, help="series drawn in the chart")
+    bench = sub.add_parser("bench", help="measure the system against this round's targets")
+    defaults = BenchOptions()
+    bench.add_argument("--quick", action="store_true",
+                       help="a smaller run that finishes in under two minutes")
+    for name, kind, text in (
+            ("resources", int, "Pods with a PolicyReport that the traffic writes"),
+            ("namespaces", int, "namespaces the workload's Pods are spread over"),
+            ("list-size", int, "reports in the namespace that is listed"),
+            ("concurrency", int, "clients of the throughput phases"),
+            ("duration", float, "seconds of the throughput phase"),
+            ("rate", float, "offered writes/s of the latency phase"),
+            ("latency-duration", float, "seconds of the latency phase"),
+            ("watchers", int, "concurrent watches of the watch phase"),
+            ("watch-rate", float, "writes/s during the watch phase"),
+            ("watch-duration", float, "seconds of the watch phase"),
+            ("analytics-reports", int, "reports loaded for the analytics comparison"),
+            ("mix", str, "traffic proportions, e.g. admission=50,background=40,read=10"),
+            ("seed", int, "random seed of the workload")):
+        field = name.replace("-", "_")
+        bench.add_argument(f"--{name}", type=kind, default=None,
+                           help=f"{text} (default {getattr(defaults, field)})")
+    bench.add_argument("--data-dir", type=Path,
+                       help="keep the system's and PostgreSQL's data here (default: a"
+                            " temporary directory, removed afterwards)")
+    bench.add_argument("--output", type=Path, default=Path("bench-results.json"),
+                       help="where the figures are written as JSON")
     return parser
+
+
+def _bench(args: argparse.Namespace) -> int:
+    options = BenchOptions.quick() if args.quick else BenchOptions()
+    overrides = {k: v for k, v in vars(args).items()
+                 if k in BenchOptions.__dataclass_fields__ and v is not None}
+    try:
+        options = replace(options, **overrides)
+        Mix.parse(options.mix)
+        report = asyncio.run(bench_run(options, progress=lambda m: print(f"-- {m}", flush=True)))
+    except (ValueError, OSError, RuntimeError) as err:
+        print(f"reports-pipeline bench: {err}", file=sys.stderr)
+        return 1
+    print(report.table())
+    write_json(report, args.output)
+    print(f"figures written to {args.output}")
+    return 0
 
 
 def _trends(args: argparse.Namespace, settings: Settings) -> int:
@@ -94,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "trends":
         return _trends(args, settings)
+    if args.command == "bench":
+        return _bench(args)
     if args.command == "up":
         options = ServeOptions(args.data_dir, host=args.host, port=args.port)
         try:

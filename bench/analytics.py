@@ -1,0 +1,195 @@
+"""The analytics comparison: the same generated reports loaded into ClickHouse
+(through the materializer's own row builders) and into PostgreSQL with the
+reference server's schema, then the same questions asked of both."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+
+from bench import questions
+from bench.postgres import Postgres
+from bench.workload import JSON, Resource, policy_report, random_failing
+from pipeline import aggregate
+from pipeline.messages import Change
+from pipeline.settings import Settings
+from pipeline.store import ReportStore
+
+#: Policies given high severity in the generated data, so the "top resources
+#: with high or critical failures" question has something to find.
+HIGH = {1: "high", 7: "high", 8: "critical", 13: "high"}
+DAYS = 30
+
+
+@dataclass(frozen=True)
+class Question:
+    name: str
+    clickhouse_seconds: float
+    postgres_seconds: float
+    clickhouse_rows: int
+    postgres_rows: int
+
+    @property
+    def speedup(self) -> float:
+        return self.postgres_seconds / self.clickhouse_seconds
+
+
+@dataclass(frozen=True)
+class Comparison:
+    reports: int
+    results: int
+    raw_json_bytes: int
+    clickhouse_load_seconds: float
+    postgres_load_seconds: float
+    clickhouse_bytes: int
+    postgres_bytes: int
+    questions: list[Question]
+
+
+def generate(count: int, *, seed: int, now: datetime) -> Iterator[tuple[JSON, datetime]]:
+    """``count`` current PolicyReports over ``count // 250`` namespaces, each
+    last written at a time in the past 30 days; some results carry a score."""
+    rng = random.Random(seed)
+    namespaces = max(1, count // 250)
+    for i in range(count):
+        uid = f"{rng.getrandbits(64):016x}-{i:08d}"
+        res = Resource(f"team-{i % namespaces:03d}", f"pod-{i:07d}", uid,
+                       random_failing(rng))
+        when = now - timedelta(seconds=rng.uniform(0, DAYS * 86400))
+        extra: dict[int, JSON] = {k: {"severity": v} for k, v in HIGH.items()}
+        for k in rng.sample(range(19), 2) if rng.random() < 0.1 else ():
+            extra.setdefault(k, {})["properties"] = {"score": f"{rng.uniform(0, 10):.1f}"}
+        obj = policy_report(res, int(when.timestamp()), extra=extra)
+        obj["metadata"].update(uid=uid, resourceVersion=str(i + 1),
+                               creationTimestamp=when.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        yield obj, when
+
+
+def _windows(reports: list[tuple[JSON, datetime]], cluster: str) -> tuple[list[list[Any]],
+                                                                            list[list[Any]]]:
+    """policy_counts and daily policy_windows rows, as the aggregator would
+    write them with one-day windows, for reports written in time order."""
+    totals: dict[aggregate.CountKey, int] = {}
+    windows: list[list[Any]] = []
+    day: datetime | None = None
+    touched: dict[tuple[str, str], int] = {}
+
+    def close(day: datetime) -> None:
+        per = aggregate.by_policy(totals)
+        for (ns, policy), written in touched.items():
+            counts = per.get((ns, policy), dict.fromkeys(aggregate.STATUSES, 0))
+            windows.append([cluster, ns, policy, day, day + timedelta(days=1), written,
+                            counts["fail"], 0, *(counts[s] for s in aggregate.STATUSES),
+                            len(windows) + 1, day])
+        touched.clear()
+
+    for obj, when in sorted(reports, key=lambda r: r[1]):
+        start = when.replace(hour=0, minute=0, second=0, microsecond=0)
+        if day is not None and start != day:
+            close(day)
+        day = start
+        applied = aggregate.contribution(obj, int(obj["metadata"]["resourceVersion"]))
+        assert applied is not None
+        totals = aggregate.add(totals, applied.counts())
+        for (ns, policy, _), n in applied.counts().items():
+            touched[(ns, policy)] = touched.get((ns, policy), 0) + n
+    if day is not None:
+        close(day)
+    now = datetime.now(UTC)
+    counts = [[cluster, ns, policy, *(c[s] for s in aggregate.STATUSES), len(reports), now]
+              for (ns, policy), c in aggregate.by_policy(totals).items()]
+    return counts, windows
+
+
+def _timed(fn: Callable[[], int], runs: int) -> tuple[float, int]:
+    fn()  # warm the caches
+    times, rows = [], 0
+    for _ in range(runs):
+        started = time.perf_counter()
+        rows = fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), rows
+
+
+async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
+                  progress: Callable[[str], None] = print) -> Comparison:
+    now = datetime.now(UTC)
+    data = list(generate(reports, seed=seed, now=now))
+    raw = [orjson.dumps(obj) for obj, _ in data]
+    settings = Settings.from_env({}, database="bench_analytics")
+
+    progress(f"analytics: loading {reports} reports into ClickHouse")
+    store = ReportStore(settings, data_dir=base / "clickhouse")
+    await store.start()
+    try:
+        started = time.perf_counter()
+        by_day: dict[datetime, list[Change]] = {}
+        for obj, when in data:
+            day = when.replace(minute=0, second=0, microsecond=0)
+            by_day.setdefault(day, []).append(Change("ADDED", obj,
+                                                     int(obj["metadata"]["resourceVersion"])))
+        for day, changes in sorted(by_day.items()):
+            await store.write_changes(changes, topic="bench", partition=0, offset=0,
+                                      committed=day)
+        counts, windows = _windows(data, settings.cluster)
+        await store.write_policy_counts(counts)
+        await store.write_policy_windows(windows)
+        await store.run(lambda c: [c.command(f"OPTIMIZE TABLE {t} FINAL")
+                                   for t in ("reports", "results", "policy_counts",
+                                             "policy_windows")])
+        ch_load = time.perf_counter() - started
+        ch_bytes = int((await store.analytics(
+            "SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database ="
+            " currentDatabase()"))[1][0][0])
+
+        def ask_clickhouse(sql: str) -> Callable[[], int]:
+            def run() -> int:
+                return len(asyncio.run_coroutine_threadsafe(store.analytics(sql), loop).result()[1])
+            return run
+
+        loop = asyncio.get_running_loop()
+        progress(f"analytics: starting PostgreSQL, loading {reports} reports")
+        pg = Postgres(base / "postgres")
+        await asyncio.to_thread(pg.start)
+        try:
+            pg_load = await asyncio.to_thread(_load_postgres, pg, data, raw)
+            pg_bytes = await asyncio.to_thread(pg.size)
+            results = []
+            with psycopg.connect(pg.dsn, autocommit=True) as conn:
+                for name, ch_sql in questions.CLICKHOUSE.items():
+                    progress(f"analytics: {name}")
+                    ch_s, ch_rows = await asyncio.to_thread(_timed, ask_clickhouse(ch_sql), runs)
+
+                    def ask_postgres(sql: str = questions.POSTGRES[name]) -> int:
+                        return len(conn.execute(sql).fetchall())
+                    pg_s, pg_rows = await asyncio.to_thread(_timed, ask_postgres, runs)
+                    results.append(Question(name, ch_s, pg_s, ch_rows, pg_rows))
+        finally:
+            await asyncio.to_thread(pg.stop)
+    finally:
+        await store.close()
+    return Comparison(reports, reports * 19, sum(map(len, raw)), ch_load, pg_load, ch_bytes,
+                      pg_bytes, results)
+
+
+def _load_postgres(pg: Postgres, data: list[tuple[JSON, datetime]], raw: list[bytes]) -> float:
+    started = time.perf_counter()
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(questions.POSTGRES_SCHEMA)
+        with conn.cursor().copy(
+                "COPY policyreports (name, namespace, clusterId, report) FROM STDIN") as copy:
+            for (obj, _), body in zip(data, raw, strict=True):
+                meta = obj["metadata"]
+                copy.write_row((meta["name"], meta["namespace"], "default", body.decode()))
+        conn.execute("VACUUM ANALYZE policyreports")
+    return time.perf_counter() - started

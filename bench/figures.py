@@ -1,0 +1,79 @@
+"""Figures of a benchmark run: each with its unit, its target, and whether it
+met it; printed as a table and written as JSON. Pure."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100), nearest-rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    value: float
+    unit: str
+    target: tuple[str, float] | None = None
+    note: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        if self.target is None:
+            return None
+        op, bound = self.target
+        return COMPARE[op](self.value, bound)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["target"] = ({"op": self.target[0], "value": self.target[1]}
+                         if self.target else None)
+        out["met"] = self.met
+        return out
+
+
+def _number(value: float) -> str:
+    if value != value:  # NaN
+        return "n/a"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+@dataclass
+class Report:
+    figures: list[Figure] = field(default_factory=list)
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, name: str, value: float, unit: str, target: tuple[str, float] | None = None,
+            note: str = "") -> Figure:
+        figure = Figure(name, float(value), unit, target, note)
+        self.figures.append(figure)
+        return figure
+
+    def table(self) -> str:
+        rows = [("FIGURE", "VALUE", "TARGET", "MET", "NOTE")]
+        for f in self.figures:
+            target = f"{f.target[0]} {_number(f.target[1])} {f.unit}" if f.target else ""
+            met = {True: "yes", False: "NO", None: ""}[f.met]
+            rows.append((f.name, f"{_number(f.value)} {f.unit}", target, met, f.note))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)),
+                                    r[4]]).rstrip() for r in rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"context": self.context, "figures": [f.to_json() for f in self.figures]}

@@ -1,0 +1,109 @@
+"""The analytics questions the benchmark asks: the README's ClickHouse SQL
+(a test keeps the two identical) and the same questions asked of the
+reference server's PostgreSQL schema, one JSONB document per report keyed by
+name, namespace and cluster."""
+
+from __future__ import annotations
+
+CLICKHOUSE = {
+    "failing-now": """\
+-- name: failing-now
+-- Failing results per namespace and policy right now.
+SELECT namespace, policy, fail
+FROM policy_counts FINAL
+WHERE cluster = 'default' AND fail > 0
+ORDER BY fail DESC, namespace, policy
+""",
+    "daily-fails": """\
+-- name: daily-fails
+-- Daily fail count per policy over the last 30 days (each namespace's last
+-- count of the day, carried forward over days without activity).
+SELECT day, policy, sum(fail) AS failing
+FROM (
+    SELECT day, namespace, policy, fail
+    FROM (
+        SELECT toDate(window_start) AS day, namespace, policy,
+               argMax(fail, window_start) AS fail
+        FROM policy_windows FINAL
+        WHERE cluster = 'default' AND window_start >= today() - 30
+        GROUP BY day, namespace, policy
+    )
+    ORDER BY namespace, policy, day WITH FILL TO today() + 1 STEP 1 INTERPOLATE (fail AS fail)
+)
+GROUP BY day, policy
+ORDER BY day, policy
+""",
+    "top-resources": """\
+-- name: top-resources
+-- The 10 resources with the most high or critical failures in current reports.
+SELECT resource_kind, resource_namespace, resource_name, count() AS failures
+FROM results
+WHERE (resource, namespace, report, resource_version) IN (
+        SELECT resource, namespace, name, resource_version FROM reports FINAL)
+  AND resource IN ('policyreports.wgpolicyk8s.io', 'clusterpolicyreports.wgpolicyk8s.io',
+                   'reports.openreports.io', 'clusterreports.openreports.io')
+  AND result = 'fail' AND severity IN ('high', 'critical')
+GROUP BY resource_kind, resource_namespace, resource_name
+ORDER BY failures DESC, resource_namespace, resource_name
+LIMIT 10
+""",
+    "high-scores": """\
+-- name: high-scores
+-- Results whose properties hold a numeric score of at least 8.0 (for example a
+-- CVSS score from a vulnerability scanner's report).
+SELECT namespace, report, policy, rule, resource_kind, resource_name,
+       toFloat64OrNull(properties['score']) AS score
+FROM results
+WHERE (resource, namespace, report, resource_version) IN (
+        SELECT resource, namespace, name, resource_version FROM reports FINAL)
+  AND score >= 8.0
+ORDER BY score DESC, namespace, report, rule
+""",
+}
+
+#: The reference server's table (Kyverno reports-server, PostgreSQL store).
+POSTGRES_SCHEMA = """\
+CREATE TABLE IF NOT EXISTS policyreports (
+    name VARCHAR NOT NULL,
+    namespace VARCHAR NOT NULL,
+    clusterId VARCHAR NOT NULL,
+    report JSONB NOT NULL,
+    PRIMARY KEY (name, namespace, clusterId)
+)"""
+
+#: Its store has no history, so "daily fails" is read from the results'
+#: timestamps of the current reports: the nearest it can answer.
+POSTGRES = {
+    "failing-now": """\
+SELECT namespace, r->>'policy' AS policy, count(*) AS fail
+FROM policyreports, jsonb_array_elements(report->'results') AS r
+WHERE clusterId = 'default' AND r->>'result' = 'fail'
+GROUP BY namespace, policy
+ORDER BY fail DESC, namespace, policy""",
+    "daily-fails": """\
+SELECT to_timestamp((r->'timestamp'->>'seconds')::bigint)::date AS day,
+       r->>'policy' AS policy, count(*) AS failing
+FROM policyreports, jsonb_array_elements(report->'results') AS r
+WHERE clusterId = 'default' AND r->>'result' = 'fail'
+  AND to_timestamp((r->'timestamp'->>'seconds')::bigint) >= current_date - 30
+GROUP BY day, policy
+ORDER BY day, policy""",
+    "top-resources": """\
+SELECT report->'scope'->>'kind' AS kind, report->'scope'->>'namespace' AS namespace,
+       report->'scope'->>'name' AS name, count(*) AS failures
+FROM policyreports, jsonb_array_elements(report->'results') AS r
+WHERE clusterId = 'default' AND r->>'result' = 'fail'
+  AND r->>'severity' IN ('high', 'critical')
+GROUP BY kind, namespace, name
+ORDER BY failures DESC, namespace, name
+LIMIT 10""",
+    "high-scores": """\
+SELECT namespace, name, r->>'policy' AS policy, r->>'rule' AS rule,
+       report->'scope'->>'kind' AS kind, report->'scope'->>'name' AS resource,
+       (r->'properties'->>'score')::float8 AS score
+FROM policyreports, jsonb_array_elements(report->'results') AS r
+WHERE clusterId = 'default'
+  AND r->'properties'->>'score' ~ '^[0-9]+(\\.[0-9]+)?$'
+  AND (r->'properties'->>'score')::float8 >= 8.0
+ORDER BY score DESC, namespace, name, rule""",
+}

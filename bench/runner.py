@@ -1,0 +1,311 @@
+"""``reports-pipeline bench``: starts ``reports-pipeline up`` on a fresh data
+directory, drives Kyverno-shaped traffic through its frontend, measures, then
+runs the analytics comparison, and reports every figure beside its target."""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+
+from bench import analytics
+from bench.client import TABLE, Client
+from bench.figures import Report, percentile
+from bench.running import RunningSystem
+from bench.traffic import Driver, Run, closed_loop, open_loop, polr_collection
+from bench.workload import POLR_PATH, Mix, Resource, flip, resources
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Options:
+    resources: int = 2000
+    namespaces: int = 20
+    list_size: int = 10_000
+    concurrency: int = 64
+    duration: float = 30.0
+    rate: float = 500.0
+    latency_duration: float = 20.0
+    watchers: int = 100
+    watch_rate: float = 50.0
+    watch_duration: float = 15.0
+    list_runs: int = 3
+    analytics_reports: int = 100_000
+    analytics_runs: int = 5
+    mix: str = str(Mix())
+    seed: int = 1
+    data_dir: Path | None = None
+
+    @classmethod
+    def quick(cls) -> Options:
+        return cls(resources=500, namespaces=10, duration=8.0, latency_duration=6.0,
+                   watch_duration=5.0, list_runs=2, analytics_reports=10_000, analytics_runs=3)
+
+
+class Memory:
+    """The peak resident memory of a process, sampled from a thread."""
+
+    def __init__(self, pid: int, interval: float = 0.002):
+        self._process = psutil.Process(pid)
+        self._interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._process.memory_info().rss)
+            time.sleep(self._interval)
+
+    def __enter__(self) -> Memory:
+        self.baseline = self._process.memory_info().rss
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def _seed(driver: Driver, pool: list[Resource], concurrency: int) -> Run:
+    return await closed_loop(driver, pool, concurrency=concurrency, seed=True)
+
+
+async def _freshness(client: Client, driver: Driver, probe: Resource, stop: asyncio.Event,
+                     rng: random.Random) -> list[float]:
+    """Write the probe report (its fail count changes each time), then poll the
+    trend tables until both hold a row at least that new."""
+    samples: list[float] = []
+    sql = ("SELECT (SELECT count() FROM policy_counts WHERE resource_version >= {rv:UInt64}),"
+           " (SELECT count() FROM policy_windows WHERE resource_version >= {rv:UInt64})")
+    while not stop.is_set():
+        probe.failing = flip(probe.failing, rng)
+        run = Run()
+        await driver.step(probe, run, kind="background")
+        if not run.writes():
+            continue
+        acked = time.perf_counter()
+        rv = int(probe.report_version or 0)
+        while True:
+            rows = await client.query(sql, {"rv": rv})
+            if rows[0][0] and rows[0][1]:
+                samples.append(time.perf_counter() - acked)
+                break
+            if time.perf_counter() - acked > 30:
+                samples.append(float("inf"))
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+    return samples
+
+
+async def _watch_lag(system: RunningSystem, driver: Driver, pool: list[Resource], *,
+                     watchers: int, rate: float, duration: float
+                     ) -> tuple[list[float], int, int]:
+    """``watchers`` watches of every PolicyReport; background writes at
+    ``rate``; the lag of each event is its arrival minus its write's start."""
+    sent: dict[tuple[str, str, str], float] = {}
+    driver.on_write = lambda res, rv, at: sent.__setitem__((res.namespace, res.uid, rv), at)
+    async with Client(system.kubeconfig, connections=0) as watch_client:
+        start = (await watch_client.get(f"{POLR_PATH}/policyreports?limit=1"))
+        rv = start["metadata"]["resourceVersion"]
+        arrivals: list[dict[tuple[str, str, str], float]] = [{} for _ in range(watchers)]
+        connected = asyncio.Semaphore(0)
+
+        async def watch(i: int) -> None:
+            path = (f"{POLR_PATH}/policyreports?watch=1&resourceVersion={rv}"
+                    f"&timeoutSeconds={int(duration) + 60}")
+            async for at, event in _watch_events(watch_client, path, connected):
+                meta = event["object"]["metadata"]
+                arrivals[i][(meta.get("namespace", ""), meta["name"],
+                             meta["resourceVersion"])] = at
+
+        tasks = [asyncio.create_task(watch(i)) for i in range(watchers)]
+        try:
+            for _ in range(watchers):
+                await asyncio.wait_for(connected.acquire(), 30)
+            run = await open_loop(driver, pool, rate=rate, duration=duration,
+                                  kind="background")
+            expected = set(sent)
+            deadline = time.perf_counter() + 10
+            while time.perf_counter() < deadline and any(
+                    not expected <= got.keys() for got in arrivals):
+                await asyncio.sleep(0.05)
+        finally:
+            driver.on_write = None
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    lags = [got[key] - at for got in arrivals for key, at in sent.items() if key in got]
+    missing = sum(1 for got in arrivals for key in sent if key not in got)
+    return lags, missing, len(run.writes())
+
+
+async def _watch_events(client: Client, path: str, connected: asyncio.Semaphore
+                        ) -> AsyncIterator[tuple[float, Any]]:
+    async with client.session.get(path) as response:
+        connected.release()
+        async for line in response.content:
+            if line.strip():
+                yield time.perf_counter(), orjson.loads(line)
+
+
+async def run(options: Options, *, progress: Callable[[str], None] = print) -> Report:
+    report = Report()
+    report.context = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": psutil.cpu_count(), "memory_gib": round(
+            psutil.virtual_memory().total / 2**30, 1), "python": platform.python_version(),
+            "platform": platform.platform()},
+        "options": {k: str(v) if isinstance(v, Path) else v
+                    for k, v in asdict(options).items()}}
+    base = options.data_dir or Path(tempfile.mkdtemp(prefix="reports-bench-"))
+    keep = options.data_dir is not None
+    rng = random.Random(options.seed)
+    mix = Mix.parse(options.mix)
+    try:
+        system = RunningSystem(base / "system")
+        started = time.perf_counter()
+        await system.start()
+        report.add("startup", time.perf_counter() - started, "s",
+                   note="reports-pipeline up until ready (broker, chDB, worker, frontend)")
+        try:
+            await _against(system, options, report, mix, rng, progress)
+        finally:
+            await system.stop()
+        comparison = await analytics.compare(base / "analytics",
+                                             reports=options.analytics_reports,
+                                             runs=options.analytics_runs, progress=progress)
+        _analytics_figures(report, comparison)
+    finally:
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
+    return report
+
+
+async def _against(system: RunningSystem, options: Options, report: Report, mix: Mix,
+                   rng: random.Random, progress: Callable[[str], None]) -> None:
+    pool = resources(options.resources, options.namespaces, prefix="bench", rng=rng)
+    listed = [replace(r, namespace="bench-list") for r in
+              resources(options.list_size, 1, prefix="bench-list", rng=rng)]
+    probe = resources(1, 1, prefix="bench-fresh", rng=rng)[0]
+    written = Run()
+
+    def tally(r: Run) -> Run:
+        written.bytes_written += r.bytes_written
+        written.versions_written += r.versions_written
+        return r
+
+    async with Client(system.kubeconfig, connections=options.concurrency + 8) as client:
+        driver = Driver(client, mix, rng)
+        progress(f"seeding {len(pool)} workload reports and {len(listed)} in one namespace")
+        tally(await _seed(driver, pool + [probe], options.concurrency))
+        seed = tally(await _seed(driver, listed, options.concurrency))
+        report.add("create throughput", len(seed.writes()) / seed.seconds, "writes/s",
+                   note=f"{len(listed)} PolicyReport creates, {options.concurrency} clients")
+
+        progress(f"mixed traffic ({mix}) for {options.duration:g}s")
+        mixed = tally(await closed_loop(driver, pool, concurrency=options.concurrency,
+                                        duration=options.duration))
+        report.add("write throughput", len(mixed.writes()) / mixed.seconds, "writes/s",
+                   (">=", 1000), note=f"mix {mix}, {options.concurrency} clients, "
+                   f"{len(mixed.reads()) / mixed.seconds:.0f} reads/s alongside"
+                   + _errors(mixed))
+
+        progress(f"writes at {options.rate:g}/s for {options.latency_duration:g}s,"
+                 " with freshness probes")
+        stop = asyncio.Event()
+        fresh_task = asyncio.create_task(_freshness(client, Driver(client, mix, rng), probe,
+                                                    stop, rng))
+        write_mix = replace(mix, read=0)
+        paced = tally(await open_loop(Driver(client, write_mix, rng), pool, rate=options.rate,
+                                      duration=options.latency_duration))
+        stop.set()
+        fresh = await fresh_task
+        writes = paced.writes()
+        note = f"offered {options.rate:g}/s, achieved {len(writes) / paced.seconds:.0f}/s"
+        report.add("write latency p50", percentile(writes, 50) * 1000, "ms", note=note)
+        report.add("write latency p99", percentile(writes, 99) * 1000, "ms", ("<", 100),
+                   note=note + _errors(paced))
+        report.add("freshness p50", percentile(fresh, 50), "s",
+                   note=f"{len(fresh)} probes: write acknowledged -> in policy_counts and"
+                   " policy_windows")
+        report.add("freshness p99", percentile(fresh, 99), "s", ("<", 2))
+
+        await _lists(system, client, options, report, progress)
+
+        progress(f"{options.watchers} watchers, writes at {options.watch_rate:g}/s")
+        lags, missing, count = await _watch_lag(
+            system, Driver(client, write_mix, rng), pool, watchers=options.watchers,
+            rate=options.watch_rate, duration=options.watch_duration)
+        note = (f"{options.watchers} watchers x {count} writes; "
+                f"{missing} events not delivered in time")
+        report.add("watch lag p50", percentile(lags, 50) * 1000, "ms", note=note)
+        report.add("watch lag p99", percentile(lags, 99) * 1000, "ms", ("<", 250))
+
+        rows = await client.query(
+            "SELECT sum(bytes_on_disk), sum(rows) FROM system.parts WHERE active"
+            " AND database = currentDatabase()")
+        on_disk = int(rows[0][0])
+        versions = written.versions_written
+        raw = written.bytes_written / max(versions, 1)
+        per_report = on_disk / max(versions, 1)
+        report.add("ClickHouse bytes per report", per_report, "bytes",
+                   note=f"{versions} stored versions, all tables")
+        report.add("raw JSON bytes per report", raw, "bytes")
+        report.add("storage ratio", per_report / raw, "x raw", ("<=", 0.1))
+
+
+async def _lists(system: RunningSystem, client: Client, options: Options, report: Report,
+                 progress: Callable[[str], None]) -> None:
+    progress(f"LIST of {options.list_size} reports")
+    for label, path in (("one namespace", polr_collection("bench-list")),
+                        ("all namespaces", f"{POLR_PATH}/policyreports")):
+        for fmt, accept in (("JSON", "application/json"), ("Table", TABLE)):
+            times, growth, size, items = [], 0, 0, 0
+            for _ in range(options.list_runs):
+                with Memory(system.pid) as memory:
+                    listed = await client.list_timed(path, accept=accept)
+                times.append(listed.seconds)
+                growth = max(growth, memory.peak - memory.baseline)
+                size, items = listed.size, listed.items or 0
+            name = f"LIST {label} {fmt}"
+            report.add(name, statistics.median(times), "s", ("<", 1.5),
+                       note=f"{items} items, {size / MB:.0f} MB, median of {len(times)}")
+            report.add(f"{name} memory growth", growth / MB, "MB", ("<", 200),
+                       note="frontend peak RSS over its RSS before the request")
+
+
+def _errors(run: Run) -> str:
+    return f"; errors {dict(run.errors)}" if run.errors else ""
+
+
+def _analytics_figures(report: Report, c: analytics.Comparison) -> None:
+    for q in c.questions:
+        same = "same rows" if q.clickhouse_rows == q.postgres_rows or q.name == "daily-fails" \
+            else f"rows differ: {q.clickhouse_rows} vs {q.postgres_rows}"
+        report.add(f"analytics {q.name} speedup", q.speedup, "x", (">=", 20),
+                   note=f"ClickHouse {q.clickhouse_seconds * 1000:.1f} ms, PostgreSQL JSONB "
+                   f"{q.postgres_seconds * 1000:.0f} ms, {c.reports} reports; {same}")
+    report.add("analytics ClickHouse bytes per report", c.clickhouse_bytes / c.reports, "bytes",
+               note=f"PostgreSQL {c.postgres_bytes / c.reports:.0f}, raw JSON "
+               f"{c.raw_json_bytes / c.reports:.0f}")
+
+
+def write_json(report: Report, path: Path) -> None:
+    path.write_bytes(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
+

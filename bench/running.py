@@ -1,0 +1,74 @@
+"""``reports-pipeline up`` as a child process on a fresh data directory, so the
+system under test has its own process (and its own memory figure) apart from
+the load generator."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import psutil
+
+
+class SystemFailed(RuntimeError):
+    pass
+
+
+class RunningSystem:
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None):
+        self.data_dir = data_dir
+        self.kubeconfig = data_dir / "kubeconfig"
+        self._env = env or {}
+        self._proc: asyncio.subprocess.Process | None = None
+        self.output: list[str] = []
+        self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def rss(self) -> int:
+        return int(psutil.Process(self.pid).memory_info().rss)
+
+    async def start(self, timeout: float = 120) -> None:
+        inherited = {k: v for k, v in os.environ.items()
+                     if k not in ("KAFKA_BOOTSTRAP", "CLICKHOUSE_URL")}
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "launcher.cli", "up", "--data-dir", str(self.data_dir),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env={**inherited, **self._env})
+        ready = asyncio.get_running_loop().create_future()
+        self._pump = asyncio.create_task(self._read(ready))
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), timeout)
+        except (TimeoutError, SystemFailed):
+            await self.stop()
+            raise SystemFailed("reports-pipeline up did not become ready:\n"
+                               + "".join(self.output[-40:])) from None
+
+    async def _read(self, ready: asyncio.Future[None]) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        async for raw in self._proc.stdout:
+            line = raw.decode(errors="replace")
+            self.output.append(line)
+            if "is ready" in line and not ready.done():
+                ready.set_result(None)
+        if not ready.done():
+            ready.set_exception(SystemFailed("exited"))
+
+    async def stop(self, timeout: float = 60) -> None:
+        if self._proc is None:
+            return
+        if self._proc.returncode is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self._proc.wait(), timeout)
+            except TimeoutError:
+                self._proc.kill()
+                await self._proc.wait()
+        if self._pump is not None:
+            await self._pump

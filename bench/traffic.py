@@ -1,0 +1,227 @@
+"""Kyverno-shaped traffic through the frontend: a driver that performs one
+step of the mix on one resource, and the loops that pace it (closed: as fast
+as the system answers; open: at a fixed offered rate, latency measured from
+each request's scheduled start so a slow system cannot hide its queueing)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+from bench.client import Client, RequestFailed
+from bench.workload import (
+    EPHR_PATH,
+    POLR_PATH,
+    Mix,
+    Resource,
+    ephemeral_report,
+    flip,
+    policy_report,
+    random_failing,
+)
+
+WRITES = ("create", "merge", "delete", "update")
+#: (resource, new resourceVersion, when the request was sent)
+OnWrite = Callable[[Resource, str, float], None]
+
+
+def polr_collection(ns: str) -> str:
+    return f"{POLR_PATH}/namespaces/{ns}/policyreports"
+
+
+def ephr_collection(ns: str) -> str:
+    return f"{EPHR_PATH}/namespaces/{ns}/ephemeralreports"
+
+
+@dataclass
+class Run:
+    """What one loop did: latencies (seconds) per operation kind."""
+
+    seconds: float = 0.0
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    errors: Counter[str] = field(default_factory=Counter)
+    bytes_written: int = 0
+    versions_written: int = 0
+
+    def record(self, kind: str, seconds: float) -> None:
+        self.latencies.setdefault(kind, []).append(seconds)
+
+    def writes(self) -> list[float]:
+        return [x for k in WRITES for x in self.latencies.get(k, [])]
+
+    def reads(self) -> list[float]:
+        return [x for k in ("get", "list") for x in self.latencies.get(k, [])]
+
+
+class Driver:
+    def __init__(self, client: Client, mix: Mix, rng: random.Random, *,
+                 on_write: OnWrite | None = None):
+        self.client = client
+        self.mix = mix
+        self.rng = rng
+        self.on_write = on_write
+        self.now = int(time.time())
+
+    async def create(self, res: Resource, run: Run) -> None:
+        """Create the resource's PolicyReport (seeding)."""
+        await self._write(res, run, "create", self._create_report)
+
+    async def step(self, res: Resource, run: Run, *, kind: str | None = None,
+                   scheduled: float | None = None) -> None:
+        kind = kind or self.mix.choose(self.rng)
+        if kind == "read":
+            await self._read(res, run, scheduled)
+        elif kind == "admission":
+            op = ("create", "merge", "delete")[res.admission_step]
+            await self._write(res, run, op, {"create": self._admit, "merge": self._merge,
+                                             "delete": self._discard}[op], scheduled)
+        else:
+            await self._write(res, run, "update", self._scan, scheduled)
+
+    async def _write(self, res: Resource, run: Run, kind: str,
+                     op: Callable[[Resource, Run, float], object],
+                     scheduled: float | None = None) -> None:
+        sent = time.perf_counter()
+        try:
+            await op(res, run, sent)  # type: ignore[misc]
+        except RequestFailed as err:
+            run.errors[f"{kind} {err.status}"] += 1
+            if err.status == 409:
+                await self._refresh(res)
+            return
+        except (TimeoutError, OSError) as err:
+            run.errors[f"{kind} {type(err).__name__}"] += 1
+            return
+        run.record(kind, time.perf_counter() - (scheduled if scheduled is not None else sent))
+
+    def _stored(self, res: Resource, run: Run, body: dict[str, object], sent: float,
+                size: int) -> None:
+        meta = body["metadata"]
+        assert isinstance(meta, dict)
+        res.report_version = str(meta["resourceVersion"])
+        run.bytes_written += size
+        run.versions_written += 1
+        if self.on_write is not None:
+            self.on_write(res, res.report_version, sent)
+
+    async def _create_report(self, res: Resource, run: Run, sent: float) -> None:
+        res.report_version = None
+        body = orjson.dumps(policy_report(res, self.now))
+        created = await self.client.create(polr_collection(res.namespace), body)
+        self._stored(res, run, created, sent, len(body))
+
+    async def _put_report(self, res: Resource, run: Run, sent: float) -> None:
+        body = orjson.dumps(policy_report(res, self.now))
+        path = f"{polr_collection(res.namespace)}/{res.uid}"
+        self._stored(res, run, await self.client.replace(path, body), sent, len(body))
+
+    async def _scan(self, res: Resource, run: Run, sent: float) -> None:
+        res.failing = flip(res.failing, self.rng)
+        await self._put_report(res, run, sent)
+
+    async def _admit(self, res: Resource, run: Run, sent: float) -> None:
+        res.failing = random_failing(self.rng)
+        body = orjson.dumps(ephemeral_report(res, self.now))
+        created = await self.client.create(ephr_collection(res.namespace), body)
+        res.ephemeral_name = str(created["metadata"]["name"])
+        res.admission_step = 1
+        run.bytes_written += len(body)
+        run.versions_written += 1
+
+    async def _merge(self, res: Resource, run: Run, sent: float) -> None:
+        await self._put_report(res, run, sent)
+        res.admission_step = 2
+
+    async def _discard(self, res: Resource, run: Run, sent: float) -> None:
+        await self.client.delete(f"{ephr_collection(res.namespace)}/{res.ephemeral_name}")
+        res.ephemeral_name = None
+        res.admission_step = 0
+
+    async def _read(self, res: Resource, run: Run, scheduled: float | None) -> None:
+        started = time.perf_counter()
+        listing = self.rng.random() < 0.2
+        try:
+            if listing:
+                await self.client.get(polr_collection(res.namespace))
+            else:
+                await self.client.get(f"{polr_collection(res.namespace)}/{res.uid}")
+        except RequestFailed as err:
+            run.errors[f"read {err.status}"] += 1
+            return
+        end = time.perf_counter()
+        run.record("list" if listing else "get",
+                   end - (scheduled if scheduled is not None else started))
+
+    async def _refresh(self, res: Resource) -> None:
+        try:
+            current = await self.client.get(f"{polr_collection(res.namespace)}/{res.uid}")
+            res.report_version = str(current["metadata"]["resourceVersion"])
+        except RequestFailed:
+            res.report_version = None
+
+
+async def closed_loop(driver: Driver, pool: list[Resource], *, concurrency: int,
+                      duration: float | None = None, seed: bool = False) -> Run:
+    """``concurrency`` clients, each taking an idle resource and performing the
+    next step of the mix on it, until ``duration`` is over; with ``seed`` each
+    resource's PolicyReport is created once instead."""
+    run = Run()
+    idle: asyncio.Queue[Resource] = asyncio.Queue()
+    for res in pool:
+        idle.put_nowait(res)
+    started = time.perf_counter()
+    deadline = started + duration if duration is not None else float("inf")
+
+    async def client() -> None:
+        while time.perf_counter() < deadline:
+            try:
+                res = idle.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            if seed:
+                await driver.create(res, run)
+            else:
+                await driver.step(res, run)
+                idle.put_nowait(res)
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+async def open_loop(driver: Driver, pool: list[Resource], *, rate: float, duration: float,
+                    kind: str | None = None) -> Run:
+    """Steps started at a fixed rate whatever the system's answers; a step
+    waits for an idle resource if every one is busy."""
+    run = Run()
+    idle: asyncio.Queue[Resource] = asyncio.Queue()
+    for res in pool:
+        idle.put_nowait(res)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(scheduled: float) -> None:
+        res = await idle.get()
+        try:
+            await driver.step(res, run, kind=kind, scheduled=scheduled)
+        finally:
+            idle.put_nowait(res)
+
+    started = time.perf_counter()
+    for i in range(int(rate * duration)):
+        scheduled = started + i / rate
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = asyncio.create_task(one(scheduled))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)
+    run.seconds = time.perf_counter() - started
+    return run
