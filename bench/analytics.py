@@ -135,7 +135,7 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
         started = time.perf_counter()
         by_day: dict[datetime, list[Change]] = {}
         for obj, when in data:
-            day = when.replace(minute=0, second=0, microsecond=0)
+            day = when.replace(hour=0, minute=0, second=0, microsecond=0)
             by_day.setdefault(day, []).append(Change("ADDED", obj,
                                                      int(obj["metadata"]["resourceVersion"])))
         for day, changes in sorted(by_day.items()):
@@ -163,9 +163,10 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
         await asyncio.to_thread(pg.start)
         try:
             pg_load = await asyncio.to_thread(_load_postgres, pg, data, raw)
-            pg_bytes = await asyncio.to_thread(pg.size)
             results = []
             with psycopg.connect(pg.dsn, autocommit=True) as conn:
+                row = conn.execute("SELECT pg_total_relation_size('policyreports')").fetchone()
+                pg_bytes = int(row[0]) if row else 0
                 for name, ch_sql in questions.CLICKHOUSE.items():
                     progress(f"analytics: {name}")
                     ch_s, ch_rows = await asyncio.to_thread(_timed, ask_clickhouse(ch_sql), runs)

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 SETTINGS = {
@@ -45,12 +46,14 @@ def _free_port() -> int:
 
 class Postgres:
     def __init__(self, base: Path):
-        self.base = base
-        self.data = base / "pgdata"
-        self.port = _free_port()
         self.bin = binaries()
-        # PostgreSQL refuses to run as root: run it as the packages' user.
+        self.port = _free_port()
+        # PostgreSQL refuses to run as root: run it as the packages' user, in a
+        # directory of its own that user can reach.
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self._own = bool(self._as)
+        self.base = Path(tempfile.mkdtemp(prefix="reports-bench-pg-")) if self._own else base
+        self.data = self.base / "pgdata"
 
     @property
     def dsn(self) -> str:
@@ -63,7 +66,7 @@ class Postgres:
 
     def start(self) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
-        if self._as:
+        if self._own:
             os.chmod(self.base, 0o777)
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "bench",
                   "--auth=trust", "-E", "UTF8", "--no-sync")
@@ -76,6 +79,5 @@ class Postgres:
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self._run(str(self.bin / "pg_ctl"), "stop", "-D", str(self.data), "-m", "fast")
-
-    def size(self) -> int:
-        return sum(f.stat().st_size for f in self.data.rglob("*") if f.is_file())
+        if self._own:
+            shutil.rmtree(self.base, ignore_errors=True)

@@ -18,31 +18,33 @@ ORDER BY fail DESC, namespace, policy
 -- name: daily-fails
 -- Daily fail count per policy over the last 30 days (each namespace's last
 -- count of the day, carried forward over days without activity).
-SELECT day, policy, sum(fail) AS failing
+SELECT day, policy, sum(fs[idx]) AS failing
 FROM (
-    SELECT day, namespace, policy, fail
+    SELECT namespace, policy, arraySort(groupArray(d)) AS ds,
+           arraySort((x, y) -> y, groupArray(f), groupArray(d)) AS fs
     FROM (
-        SELECT toDate(window_start) AS day, namespace, policy,
-               argMax(fail, window_start) AS fail
+        SELECT toDate(window_start) AS d, namespace, policy, argMax(fail, window_start) AS f
         FROM policy_windows FINAL
         WHERE cluster = 'default' AND window_start >= today() - 30
-        GROUP BY day, namespace, policy
+        GROUP BY d, namespace, policy
     )
-    ORDER BY namespace, policy, day WITH FILL TO today() + 1 STEP 1 INTERPOLATE (fail AS fail)
+    GROUP BY namespace, policy
 )
+ARRAY JOIN arrayMap(i -> toDate(today() - 30 + i), range(31)) AS day
+WHERE (arrayLastIndex(x -> x <= day, ds) AS idx) > 0
 GROUP BY day, policy
 ORDER BY day, policy
 """,
     "top-resources": """\
 -- name: top-resources
 -- The 10 resources with the most high or critical failures in current reports.
-SELECT resource_kind, resource_namespace, resource_name, count() AS failures
-FROM results
-WHERE (resource, namespace, report, resource_version) IN (
-        SELECT resource, namespace, name, resource_version FROM reports FINAL)
-  AND resource IN ('policyreports.wgpolicyk8s.io', 'clusterpolicyreports.wgpolicyk8s.io',
+SELECT kind AS resource_kind, ns AS resource_namespace, resource_name, count() AS failures
+FROM reports FINAL
+ARRAY JOIN result_status AS status, result_severity AS severity, result_resource_kind AS kind,
+           result_resource_namespace AS ns, result_resource_name AS resource_name
+WHERE resource IN ('policyreports.wgpolicyk8s.io', 'clusterpolicyreports.wgpolicyk8s.io',
                    'reports.openreports.io', 'clusterreports.openreports.io')
-  AND result = 'fail' AND severity IN ('high', 'critical')
+  AND status = 'fail' AND severity IN ('high', 'critical')
 GROUP BY resource_kind, resource_namespace, resource_name
 ORDER BY failures DESC, resource_namespace, resource_name
 LIMIT 10
@@ -51,12 +53,11 @@ LIMIT 10
 -- name: high-scores
 -- Results whose properties hold a numeric score of at least 8.0 (for example a
 -- CVSS score from a vulnerability scanner's report).
-SELECT namespace, report, policy, rule, resource_kind, resource_name,
-       toFloat64OrNull(properties['score']) AS score
-FROM results
-WHERE (resource, namespace, report, resource_version) IN (
-        SELECT resource, namespace, name, resource_version FROM reports FINAL)
-  AND score >= 8.0
+SELECT namespace, name AS report, policy, rule, kind AS resource_kind, resource_name, score
+FROM reports FINAL
+ARRAY JOIN result_policy AS policy, result_rule AS rule, result_resource_kind AS kind,
+           result_resource_name AS resource_name, result_score AS score
+WHERE score >= 8.0
 ORDER BY score DESC, namespace, report, rule
 """,
 }
@@ -89,13 +90,14 @@ WHERE clusterId = 'default' AND r->>'result' = 'fail'
 GROUP BY day, policy
 ORDER BY day, policy""",
     "top-resources": """\
-SELECT report->'scope'->>'kind' AS kind, report->'scope'->>'namespace' AS namespace,
-       report->'scope'->>'name' AS name, count(*) AS failures
+SELECT report->'scope'->>'kind' AS resource_kind,
+       report->'scope'->>'namespace' AS resource_namespace,
+       report->'scope'->>'name' AS resource_name, count(*) AS failures
 FROM policyreports, jsonb_array_elements(report->'results') AS r
 WHERE clusterId = 'default' AND r->>'result' = 'fail'
   AND r->>'severity' IN ('high', 'critical')
-GROUP BY kind, namespace, name
-ORDER BY failures DESC, namespace, name
+GROUP BY 1, 2, 3
+ORDER BY failures DESC, 2, 3
 LIMIT 10""",
     "high-scores": """\
 SELECT namespace, name, r->>'policy' AS policy, r->>'rule' AS rule,

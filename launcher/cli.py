@@ -14,8 +14,12 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import uvloop
 
 from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
@@ -133,6 +137,13 @@ def _trends(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _serve(main: Coroutine[Any, Any, None]) -> None:
+    """Run a serving process on uvloop: its event loop carries every request,
+    Kafka record and agent step of the process."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
@@ -150,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         options = ServeOptions(args.data_dir, host=args.host, port=args.port)
         try:
             with data_dir_lock(args.data_dir):
-                asyncio.run(run(settings, options))
+                _serve(run(settings, options))
         except AlreadyRunning as err:
             print(f"reports-pipeline: {err}", file=sys.stderr)
             return 1
@@ -165,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         options = ServeOptions(args.data_dir, worker=False, host=args.host, port=args.port,
                                tls_cert=args.tls_cert, tls_key=args.tls_key,
                                client_ca=args.client_ca, write_kubeconfig=False)
-    asyncio.run(run(settings, options))
+    _serve(run(settings, options))
     return 0
 
 

@@ -102,6 +102,7 @@ def https_config(app: ASGIApp, *, cert: Path, key: Path, client_ca: Path | None
     if client_ca is not None:
         tls.update(ssl_ca_certs=str(client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                          http="httptools",
                           timeout_graceful_shutdown=10, **tls)
 
 

@@ -63,8 +63,8 @@ class Committer:
     async def decide_batch(self, requests: Sequence[WriteRequest]) -> list[Decision]:
         if not self._ready:
             await self.recover()
-        missing = {_key(r) for r in requests} - self._state.keys()
-        missing &= self._live
+        # Not `set - dict.keys()`: that walks every cached key.
+        missing = {k for k in map(_key, requests) if k not in self._state and k in self._live}
         if missing:
             self._state.update(await self._store.current(missing))
         decisions = []

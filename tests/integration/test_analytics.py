@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import questions
 from launcher.trends import TrendQuery, run_trends
 from pipeline.resources import RESOURCES
 from tests.helpers import collection_path, report
@@ -26,6 +27,10 @@ def readme_queries() -> dict[str, str]:
         if m:
             out[m.group(1)] = block
     return out
+
+
+def test_the_benchmark_asks_the_readme_questions() -> None:
+    assert questions.CLICKHOUSE == readme_queries()
 
 
 def scored(name: str, ns: str, *, fail: int, severity: str, score: str | None) -> dict:  # type: ignore[type-arg]
