@@ -119,12 +119,21 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
                     yield render("BOOKMARK", bookmark(query, max(
                         last, service.changelog.resource_version)))
                 continue
+            # Everything already queued goes out in one chunk: one write to the
+            # connection however many events a busy moment brought.
+            chunks = []
+            while True:
+                last = event.change.resource_version
+                out = _visible(query, event, seen)
+                if out is not None:
+                    chunks.append(render(*out))
+                if sub.queue.empty():
+                    break
+                event = sub.queue.get_nowait()
+            if chunks:
+                yield b"".join(chunks)
             if sub.overflowed and sub.queue.empty():
                 return
-            last = event.change.resource_version
-            out = _visible(query, event, seen)
-            if out is not None:
-                yield render(*out)
     finally:
         service.unsubscribe(sub)
 

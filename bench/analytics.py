@@ -8,6 +8,7 @@ import asyncio
 import random
 import statistics
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -62,7 +63,7 @@ def generate(count: int, *, seed: int, now: datetime) -> Iterator[tuple[JSON, da
     rng = random.Random(seed)
     namespaces = max(1, count // 250)
     for i in range(count):
-        uid = f"{rng.getrandbits(64):016x}-{i:08d}"
+        uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         res = Resource(f"team-{i % namespaces:03d}", f"pod-{i:07d}", uid,
                        random_failing(rng))
         when = now - timedelta(seconds=rng.uniform(0, DAYS * 86400))
