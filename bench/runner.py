@@ -33,16 +33,19 @@ MB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Options:
-    resources: int = 2000
+    resources: int = 1000
     namespaces: int = 20
     list_size: int = 10_000
     concurrency: int = 64
-    duration: float = 30.0
+    duration: float = 20.0
     rate: float = 500.0
-    latency_duration: float = 20.0
+    #: a second paced phase below the system's capacity, for the latency a
+    #: user sees when it is not saturated (no target)
+    low_rate: float = 100.0
+    latency_duration: float = 10.0
     watchers: int = 100
     watch_rate: float = 50.0
-    watch_duration: float = 15.0
+    watch_duration: float = 10.0
     list_runs: int = 3
     analytics_reports: int = 100_000
     analytics_runs: int = 5
@@ -218,6 +221,12 @@ async def _against(system: RunningSystem, options: Options, report: Report, mix:
         seed = tally(await _seed(driver, listed, options.concurrency))
         report.add("create throughput", len(seed.writes()) / seed.seconds, "writes/s",
                    note=f"{len(listed)} PolicyReport creates, {options.concurrency} clients")
+        n = len(seed.completed)
+        window = min(1000, n // 2)
+        report.add("create throughput, first creates", seed.rate(0, window), "writes/s",
+                   note=f"the first {window}")
+        report.add("create throughput, last creates", seed.rate(n - window, n), "writes/s",
+                   note=f"the last {window}: the embedded broker slows as its log grows")
 
         progress(f"mixed traffic ({mix}) for {options.duration:g}s")
         mixed = tally(await closed_loop(driver, pool, concurrency=options.concurrency,
@@ -240,6 +249,17 @@ async def _against(system: RunningSystem, options: Options, report: Report, mix:
 
         await _settle(client)
         await _lists(system, client, options, report, progress)
+
+        await _settle(client)
+        progress(f"writes at {options.low_rate:g}/s for {options.latency_duration:g}s")
+        paced = tally(await open_loop(Driver(client, write_mix, rng), pool,
+                                      rate=options.low_rate, duration=options.latency_duration))
+        writes = paced.writes()
+        note = f"offered {options.low_rate:g}/s, achieved {len(writes) / paced.seconds:.0f}/s"
+        report.add(f"write latency p50 at {options.low_rate:g}/s",
+                   percentile(writes, 50) * 1000, "ms", note=note)
+        report.add(f"write latency p99 at {options.low_rate:g}/s",
+                   percentile(writes, 99) * 1000, "ms", note=note + _errors(paced))
 
         await _settle(client)
         progress(f"{options.watchers} watchers, writes at {options.watch_rate:g}/s,"

@@ -48,9 +48,18 @@ class Run:
     errors: Counter[str] = field(default_factory=Counter)
     bytes_written: int = 0
     versions_written: int = 0
+    #: when each write completed (perf_counter)
+    completed: list[float] = field(default_factory=list)
 
     def record(self, kind: str, seconds: float) -> None:
         self.latencies.setdefault(kind, []).append(seconds)
+        if kind in WRITES:
+            self.completed.append(time.perf_counter())
+
+    def rate(self, first: int, last: int) -> float:
+        """Writes/s between the ``first``-th and ``last``-th completed write."""
+        done = sorted(self.completed)[first:last]
+        return (len(done) - 1) / (done[-1] - done[0]) if len(done) > 1 else float("nan")
 
     def writes(self) -> list[float]:
         return [x for k in WRITES for x in self.latencies.get(k, [])]

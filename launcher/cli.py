@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
             ("concurrency", int, "clients of the throughput phases"),
             ("duration", float, "seconds of the throughput phase"),
             ("rate", float, "offered writes/s of the latency phase"),
+            ("low-rate", float, "offered writes/s of a second latency phase, below capacity"),
             ("latency-duration", float, "seconds of the latency phase"),
             ("watchers", int, "concurrent watches of the watch phase"),
             ("watch-rate", float, "writes/s during the watch phase"),

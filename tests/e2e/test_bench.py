@@ -13,8 +13,10 @@ import pytest
 from tests.e2e.conftest import BIN
 
 FIGURES = {
-    "startup", "create throughput", "write throughput", "write latency p50",
-    "write latency p99", "freshness p50", "freshness p99", "watch lag p50", "watch lag p99",
+    "startup", "create throughput", "create throughput, first creates",
+    "create throughput, last creates", "write throughput", "write latency p50",
+    "write latency p99", "write latency p50 at 100/s", "write latency p99 at 100/s",
+    "freshness p50", "freshness p99", "watch lag p50", "watch lag p99",
     "ClickHouse bytes per report", "raw JSON bytes per report", "storage ratio",
     "analytics ClickHouse bytes per report",
     *(f"LIST {scope} {fmt}{memory}" for scope in ("one namespace", "all namespaces")
