@@ -20,14 +20,10 @@ ORDER BY fail DESC, namespace, policy
 -- count of the day, carried forward over days without activity).
 SELECT day, policy, sum(fs[idx]) AS failing
 FROM (
-    SELECT namespace, policy, arraySort(groupArray(d)) AS ds,
-           arraySort((x, y) -> y, groupArray(f), groupArray(d)) AS fs
-    FROM (
-        SELECT toDate(window_start) AS d, namespace, policy, argMax(fail, window_start) AS f
-        FROM policy_windows FINAL
-        WHERE cluster = 'default' AND window_start >= today() - 30
-        GROUP BY d, namespace, policy
-    )
+    SELECT namespace, policy, arraySort(groupArray(toDate(window_start))) AS ds,
+           arraySort((f, w) -> w, groupArray(fail), groupArray(window_start)) AS fs
+    FROM policy_windows FINAL
+    WHERE cluster = 'default' AND window_start >= today() - 30
     GROUP BY namespace, policy
 )
 ARRAY JOIN arrayMap(i -> toDate(today() - 30 + i), range(31)) AS day
