@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from apiserver.errors import FromStatus, Timeout, Unavailable
+from pipeline import kafka
 from pipeline.messages import DecodeError, Reply, WriteRequest
 from pipeline.objects import object_key
 from pipeline.settings import Settings
@@ -30,7 +31,8 @@ class Writer:
 
     async def start(self) -> None:
         self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all",
-                                          linger_ms=0, max_request_size=16 * 1024 * 1024)
+                                          linger_ms=0, max_batch_size=kafka.MAX_BATCH_BYTES,
+                                          max_request_size=kafka.MAX_REQUEST_BYTES)
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap,
                                           enable_auto_commit=False,

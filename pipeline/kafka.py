@@ -20,6 +20,13 @@ from pipeline.store import Progress
 log = logging.getLogger(__name__)
 
 TRANSPORT_SCHEME = "reports-kafka"
+#: Producer batches: records sent together share one batch up to this size
+#: (aiokafka's default is 16 KiB, two reports). Each batch is one object in the
+#: embedded broker, whose fetches slow down with the number of objects in a
+#: partition, so fewer, fuller batches keep it fast for longer.
+MAX_BATCH_BYTES = 1024 * 1024
+#: The largest produce request: a report body may be several MiB.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
 class LowLatencyConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
