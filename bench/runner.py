@@ -112,7 +112,7 @@ async def _freshness(client: Client, driver: Driver, probe: Resource, stop: asyn
             if time.perf_counter() - acked > 30:
                 samples.append(float("inf"))
                 break
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
         await asyncio.sleep(0.2)
     return samples
 
@@ -286,7 +286,7 @@ async def _against(system: RunningSystem, options: Options, report: Report, mix:
         report.add("create throughput, first creates", seed.rate(0, window), "writes/s",
                    note=f"the first {window}")
         report.add("create throughput, last creates", seed.rate(n - window, n), "writes/s",
-                   note=f"the last {window}: the embedded broker slows as its log grows")
+                   note=f"the last {window} (the embedded broker slows as batches accumulate)")
         await _settle(client)
         await _lists(system, client, options, report, progress)
 
@@ -326,17 +326,24 @@ async def _lists(system: RunningSystem, client: Client, options: Options, report
 
 
 async def _settle(client: Client, timeout: float = 120) -> None:
-    """Wait until a consistent read succeeds: the frontend has read the whole
-    change log and ClickHouse covers what its cache no longer holds."""
+    """Wait until a consistent read succeeds (the frontend has read the whole
+    change log and ClickHouse covers what its cache no longer holds) and the
+    materializer has written every committed change, so that a phase does not
+    pay for the backlog of the one before."""
     deadline = time.perf_counter() + timeout
     while True:
         try:
-            await client.get(f"{POLR_PATH}/policyreports?limit=1")
-            return
+            listed = await client.get(f"{POLR_PATH}/policyreports?limit=1")
+            break
         except RequestFailed as err:
             if err.status != 503 or time.perf_counter() > deadline:
                 raise
             await asyncio.sleep(0.5)
+    head = int(listed["metadata"]["resourceVersion"])
+    while int((await client.query("SELECT max(resource_version) FROM reports"))[0][0]) < head:
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"ClickHouse did not reach resourceVersion {head} in {timeout}s")
+        await asyncio.sleep(0.2)
 
 
 def _errors(run: Run) -> str:
