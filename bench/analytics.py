@@ -77,12 +77,20 @@ def generate(count: int, *, seed: int, now: datetime) -> Iterator[tuple[JSON, da
         yield obj, when
 
 
-def _windows(reports: list[tuple[JSON, datetime]], cluster: str) -> tuple[list[list[Any]],
-                                                                            list[list[Any]]]:
-    """policy_counts and daily policy_windows rows, as the aggregator would
-    write them with one-day windows, for reports written in time order."""
+@dataclass(frozen=True)
+class TrendRows:
+    counts: list[list[Any]]
+    windows: list[list[Any]]
+    totals: list[list[Any]]
+
+
+def _windows(reports: list[tuple[JSON, datetime]], cluster: str) -> TrendRows:
+    """policy_counts, and daily policy_windows and policy_totals_windows rows,
+    as the aggregator would write them with one-day windows, for reports
+    written in time order."""
     totals: dict[aggregate.CountKey, int] = {}
     windows: list[list[Any]] = []
+    cluster_windows: list[list[Any]] = []
     day: datetime | None = None
     touched: dict[tuple[str, str], int] = {}
 
@@ -93,6 +101,12 @@ def _windows(reports: list[tuple[JSON, datetime]], cluster: str) -> tuple[list[l
             windows.append([cluster, ns, policy, day, day + timedelta(days=1), written,
                             counts["fail"], 0, *(counts[s] for s in aggregate.STATUSES),
                             len(windows) + 1, day])
+        across = aggregate.across_namespaces(totals)
+        for policy in sorted({policy for _, policy in touched}):
+            counts = across.get(policy, dict.fromkeys(aggregate.STATUSES, 0))
+            cluster_windows.append([cluster, policy, day, day + timedelta(days=1),
+                                    *(counts[s] for s in aggregate.STATUSES),
+                                    len(cluster_windows) + 1, day])
         touched.clear()
 
     for obj, when in sorted(reports, key=lambda r: r[1]):
@@ -110,7 +124,7 @@ def _windows(reports: list[tuple[JSON, datetime]], cluster: str) -> tuple[list[l
     now = datetime.now(UTC)
     counts = [[cluster, ns, policy, *(c[s] for s in aggregate.STATUSES), len(reports), now]
               for (ns, policy), c in aggregate.by_policy(totals).items()]
-    return counts, windows
+    return TrendRows(counts, windows, cluster_windows)
 
 
 def _timed(fn: Callable[[], int], runs: int) -> tuple[float, int]:
@@ -144,12 +158,13 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
         for day, changes in sorted(by_day.items()):
             await store.write_changes(changes, topic="bench", partition=0, offset=0,
                                       committed=day)
-        counts, windows = _windows(data, settings.cluster)
-        await store.write_policy_counts(counts)
-        await store.write_policy_windows(windows)
+        trends = _windows(data, settings.cluster)
+        await store.write_policy_counts(trends.counts)
+        await store.write_policy_windows(trends.windows)
+        await store.write_policy_totals_windows(trends.totals)
         await store.run(lambda c: [c.command(f"OPTIMIZE TABLE {t} FINAL")
                                    for t in ("reports", "results", "policy_counts",
-                                             "policy_windows")])
+                                             "policy_windows", "policy_totals_windows")])
         ch_load = time.perf_counter() - started
         ch_bytes = int((await store.analytics(
             "SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database ="

@@ -16,19 +16,18 @@ ORDER BY fail DESC, namespace, policy
 """,
     "daily-fails": """\
 -- name: daily-fails
--- Daily fail count per policy over the last 30 days (each namespace's last
--- count of the day, carried forward over days without activity).
-SELECT day, policy, sum(fs[idx]) AS failing
+-- Daily fail count per policy across the cluster over the last 30 days (the
+-- last total of each day, carried forward over days without activity).
+SELECT day, policy, fs[idx] AS failing
 FROM (
-    SELECT namespace, policy, arraySort(groupArray(toDate(window_start))) AS ds,
+    SELECT policy, arraySort(groupArray(toDate(window_start))) AS ds,
            arraySort((f, w) -> w, groupArray(fail), groupArray(window_start)) AS fs
-    FROM policy_windows FINAL
+    FROM policy_totals_windows FINAL
     WHERE cluster = 'default' AND window_start >= today() - 30
-    GROUP BY namespace, policy
+    GROUP BY policy
 )
 ARRAY JOIN arrayMap(i -> toDate(today() - 30 + i), range(31)) AS day
 WHERE (arrayLastIndex(x -> x <= day, ds) AS idx) > 0
-GROUP BY day, policy
 ORDER BY day, policy
 """,
     "top-resources": """\

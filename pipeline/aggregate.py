@@ -179,3 +179,12 @@ def by_policy(totals: Mapping[CountKey, int]) -> dict[tuple[str, str], dict[str,
     for (ns, policy, status), n in totals.items():
         out.setdefault((ns, policy), dict.fromkeys(STATUSES, 0))[status] = n
     return out
+
+
+def across_namespaces(totals: Mapping[CountKey, int]) -> dict[str, dict[str, int]]:
+    """policy -> counts per status, summed over every namespace."""
+    out: dict[str, dict[str, int]] = {}
+    for (_, policy, status), n in totals.items():
+        counts = out.setdefault(policy, dict.fromkeys(STATUSES, 0))
+        counts[status] += n
+    return out

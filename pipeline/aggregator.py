@@ -217,3 +217,17 @@ class Aggregator:
                               "resourceVersion": str(rv), "time": iso(now.timestamp())}))
         if rows:
             await self._store.write_policy_windows(rows)
+        # The same windows for the whole cluster: one row per policy touched.
+        latest: dict[str, float] = {}
+        for (_, policy), ts in touched.items():
+            latest[policy] = max(ts, latest.get(policy, ts))
+        cluster = aggregate.across_namespaces(self._totals or {})
+        totals = []
+        for policy, ts in latest.items():
+            start = window_start(ts, self._window)
+            counts = cluster.get(policy, dict.fromkeys(aggregate.STATUSES, 0))
+            totals.append([self._cluster, policy, datetime.fromtimestamp(start, UTC),
+                           datetime.fromtimestamp(start + self._window, UTC),
+                           *(counts[s] for s in aggregate.STATUSES), rv, now])
+        if totals:
+            await self._store.write_policy_totals_windows(totals)

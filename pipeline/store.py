@@ -277,6 +277,11 @@ class ReportStore:
             "new_failures", "resolved_failures", *objects.SUMMARY_FIELDS, "resource_version",
             "updated")))
 
+    async def write_policy_totals_windows(self, rows: Sequence[Sequence[Any]]) -> None:
+        await self.run(lambda client: client.insert("policy_totals_windows", rows, column_names=(
+            "cluster", "policy", "window_start", "window_end", *objects.SUMMARY_FIELDS,
+            "resource_version", "updated")))
+
     async def progress(self, topic: str, partition: int = 0) -> Progress | None:
         def query(client: Client) -> Progress | None:
             rows = client.query(

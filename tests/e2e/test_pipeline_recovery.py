@@ -131,6 +131,20 @@ async def test_counts_survive_a_killed_worker(tmp_path: Path) -> None:
                 while (got := await materialized()) != expected:
                     await asyncio.sleep(0.2)
             assert got == expected
+
+            # the cluster-wide trend rows end on the same totals
+            across = nonzero(aggregate.across_namespaces(aggregate.recount(listed)))
+
+            async def cluster_wide() -> dict:  # type: ignore[type-arg]
+                rows = await query(api, "SELECT policy, argMax((pass, fail, warn, error, skip),"
+                                        " (window_start, resource_version))"
+                                        " FROM policy_totals_windows FINAL GROUP BY policy")
+                return nonzero({r[0]: dict(zip(aggregate.STATUSES, r[1], strict=True))
+                                for r in rows})
+            async with asyncio.timeout(60):
+                while (totals := await cluster_wide()) != across:
+                    await asyncio.sleep(0.2)
+            assert totals == across
             history = await query(api, "SELECT count() FROM results")
             assert history[0][0] > 0
         last, values = await summaries(broker.bootstrap, prefix)

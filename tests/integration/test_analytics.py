@@ -110,7 +110,7 @@ async def test_readme_queries_answer_their_questions(start, make_settings) -> No
     assert {ln.split()[2] for ln in shop.splitlines()[1:]} == {"pay"}
 
 
-async def test_daily_fails_carries_each_namespace_last_count_forward(tmp_path: Path) -> None:
+async def test_daily_fails_carries_each_policy_last_total_forward(tmp_path: Path) -> None:
     store = ReportStore(Settings.from_env({}, database=f"daily_{uuid.uuid4().hex[:8]}"),
                         data_dir=tmp_path)
     await store.start()
@@ -118,25 +118,22 @@ async def test_daily_fails_carries_each_namespace_last_count_forward(tmp_path: P
         today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         rows, rv = [], 0
 
-        def window(ns: str, days_ago: int, hour: int, fail: int, policy: str = "p") -> None:
+        def window(policy: str, days_ago: int, hour: int, fail: int) -> None:
             nonlocal rv
             rv += 1
             start = today - timedelta(days=days_ago, hours=-hour)
-            rows.append(["default", ns, policy, start, start + timedelta(hours=1), 1, 0, 0,
-                         0, fail, 0, 0, 0, rv, start])
-        window("a", 3, 9, 5)
-        window("a", 3, 17, 4)  # the last count of that day is the one that counts
-        window("b", 2, 12, 1)
-        window("a", 1, 8, 2)
-        window("a", 40, 8, 9)  # before the 30 days asked about
-        window("a", 2, 8, 7, policy="q")
-        await store.write_policy_windows(rows)
+            rows.append(["default", policy, start, start + timedelta(minutes=1),
+                         3, fail, 0, 0, 0, rv, start])
+        window("p", 3, 9, 5)
+        window("p", 3, 17, 4)  # the last total of that day is the one that counts
+        window("p", 1, 8, 2)
+        window("p", 40, 8, 9)  # before the 30 days asked about
+        window("q", 2, 8, 7)
+        await store.write_policy_totals_windows(rows)
         _, daily = await store.analytics(readme_queries()["daily-fails"])
     finally:
         await store.close()
-    got = {(d, p): n for d, p, n in daily}
     day = lambda n: (today - timedelta(days=n)).date()  # noqa: E731
-    assert {k: v for k, v in got.items() if k[1] == "p"} == {
-        (day(3), "p"): 4, (day(2), "p"): 5, (day(1), "p"): 3, (day(0), "p"): 3}
-    assert {k: v for k, v in got.items() if k[1] == "q"} == {
-        (day(2), "q"): 7, (day(1), "q"): 7, (day(0), "q"): 7}
+    assert [tuple(r) for r in daily] == [
+        (day(3), "p", 4), (day(2), "p", 4), (day(2), "q", 7), (day(1), "p", 2),
+        (day(1), "q", 7), (day(0), "p", 2), (day(0), "q", 7)]

@@ -97,3 +97,11 @@ def test_applied_round_trips_through_json() -> None:
     assert out is not None and out.applied is not None
     back = aggregate.Applied.from_json(out.applied.to_json())
     assert back.statuses == out.applied.statuses and back.counts() == out.applied.counts()
+
+
+def test_counts_across_namespaces_sum_every_namespace_of_a_policy() -> None:
+    totals = {("a", "p", "fail"): 2, ("b", "p", "fail"): 3, ("b", "p", "pass"): 1,
+              ("a", "q", "pass"): 4}
+    assert aggregate.across_namespaces(totals) == {
+        "p": {"pass": 1, "fail": 5, "warn": 0, "error": 0, "skip": 0},
+        "q": {"pass": 4, "fail": 0, "warn": 0, "error": 0, "skip": 0}}
