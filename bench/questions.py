@@ -46,13 +46,13 @@ LIMIT 10
 """,
     "high-scores": """\
 -- name: high-scores
--- Results whose properties hold a numeric score of at least 8.0 (for example a
--- CVSS score from a vulnerability scanner's report).
-SELECT namespace, name AS report, policy, rule, kind AS resource_kind, resource_name, score
-FROM reports FINAL
-ARRAY JOIN result_policy AS policy, result_rule AS rule, result_resource_kind AS kind,
-           result_resource_name AS resource_name, result_score AS score
+-- Results in current reports whose properties hold a numeric score of at least
+-- 8.0 (for example a CVSS score from a vulnerability scanner's report).
+SELECT namespace, name AS report, policy, rule, resource_kind, resource_name, score
+FROM scored_results FINAL
 WHERE score >= 8.0
+  AND (resource, namespace, name, resource_version) IN
+      (SELECT resource, namespace, name, resource_version FROM reports FINAL)
 ORDER BY score DESC, namespace, report, rule
 """,
 }

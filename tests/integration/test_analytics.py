@@ -59,12 +59,12 @@ async def test_readme_queries_answer_their_questions(start, make_settings) -> No
     running = await start(make_settings())
     api = running.client
     docs = [("web", "shop", 3, "high", "9.1"), ("db", "shop", 1, "critical", "5.0"),
-            ("api", "pay", 2, "high", "8.0"), ("ok", "pay", 0, "low", None)]
+            ("api", "pay", 2, "high", "8.0"), ("ok", "pay", 0, "low", "9.9")]
     for name, ns, fail, severity, score in docs:
         r = await api.post(collection_path(POLR, ns),
                            json=scored(name, ns, fail=fail, severity=severity, score=score))
         assert r.status_code == 201, r.text
-    # a report replaced later: only its current version counts
+    # a report replaced later (its score gone): only its current version counts
     current = (await api.get(f"{collection_path(POLR, 'pay')}/ok")).json()
     replaced = scored("ok", "pay", fail=1, severity="critical", score=None)
     replaced["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
