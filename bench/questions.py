@@ -49,10 +49,10 @@ LIMIT 10
 -- Results in current reports whose properties hold a numeric score of at least
 -- 8.0 (for example a CVSS score from a vulnerability scanner's report).
 SELECT namespace, name AS report, policy, rule, resource_kind, resource_name, score
-FROM scored_results FINAL
+FROM reports FINAL
+ARRAY JOIN scored_policy AS policy, scored_rule AS rule, scored_resource_kind AS resource_kind,
+           scored_resource_name AS resource_name, scored_score AS score
 WHERE score >= 8.0
-  AND (resource, namespace, name, resource_version) IN
-      (SELECT resource, namespace, name, resource_version FROM reports FINAL)
 ORDER BY score DESC, namespace, report, rule
 """,
 }
