@@ -86,7 +86,8 @@ class Aggregator:
             totals = aggregate.add(totals, aggregate.Applied.from_json(value).counts())
         self._totals = totals
         rv = await self._store.watermark()
-        await self._emit_counts(aggregate.by_policy(totals).keys(), rv, datetime.now(UTC))
+        per_policy = aggregate.by_policy(totals)
+        await self._emit_counts(per_policy.keys(), per_policy, rv, datetime.now(UTC))
         await self._delivered()
 
     async def _rebuild(self, *, before: int) -> None:
@@ -156,8 +157,9 @@ class Aggregator:
             self._activity.relative_to(window_ts[start])[name] += n
         if touched:
             now = datetime.now(UTC)
-            await self._emit_counts(touched.keys(), last_rv, now)
-            await self._emit_windows(touched, last_rv, now)
+            per_policy = aggregate.by_policy(self._totals)
+            await self._emit_counts(touched.keys(), per_policy, last_rv, now)
+            await self._emit_windows(touched, per_policy, last_rv, now)
         await self._delivered()
 
     def _event_key(self, t: aggregate.Transition) -> bytes:
@@ -177,9 +179,9 @@ class Aggregator:
                if k in t.details},
             "resourceVersion": str(change.resource_version), "time": iso(ts)})
 
-    async def _emit_counts(self, keys: Iterable[tuple[str, str]], rv: int,
+    async def _emit_counts(self, keys: Iterable[tuple[str, str]],
+                           per_policy: dict[tuple[str, str], dict[str, int]], rv: int,
                            now: datetime) -> None:
-        per_policy = aggregate.by_policy(self._totals or {})
         rows = []
         for ns, policy in keys:
             counts = per_policy.get((ns, policy), dict.fromkeys(aggregate.STATUSES, 0))
@@ -194,9 +196,9 @@ class Aggregator:
         if rows:
             await self._store.write_policy_counts(rows)
 
-    async def _emit_windows(self, touched: dict[tuple[str, str], float], rv: int,
+    async def _emit_windows(self, touched: dict[tuple[str, str], float],
+                            per_policy: dict[tuple[str, str], dict[str, int]], rv: int,
                             now: datetime) -> None:
-        per_policy = aggregate.by_policy(self._totals or {})
         rows = []
         for (ns, policy), ts in touched.items():
             windows = self._activity.relative_to(ts)

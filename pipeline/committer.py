@@ -47,18 +47,23 @@ class Committer:
 
     async def recover(self) -> None:
         watermark = await self._store.watermark()
-        live = await self._store.live_keys()
+        self._live = await self._store.live_keys()
         tail = await self._read_tail()
         self._state = {}
         for change in tail:
-            key = objects.identity(change.obj)
-            self._state[key] = current_after(change)
-            (live.discard if change.type == "DELETED" else live.add)(key)
-        self._live = live
+            self._follow(objects.identity(change.obj), change)
         self._next_rv = max([watermark, *(c.resource_version for c in tail)]) + 1
         self._ready = True
         log.info("committer recovered: %d live objects, %d changes in the log tail,"
-                 " next resourceVersion %d", len(live), len(tail), self._next_rv)
+                 " next resourceVersion %d", len(self._live), len(tail), self._next_rv)
+
+    def _follow(self, key: Key, change: Change) -> None:
+        """The key's state, and whether it is live, after a committed change."""
+        self._state[key] = current_after(change)
+        if change.type == "DELETED":
+            self._live.discard(key)
+        else:
+            self._live.add(key)
 
     async def decide_batch(self, requests: Sequence[WriteRequest]) -> list[Decision]:
         if not self._ready:
@@ -73,11 +78,7 @@ class Committer:
             if req.dry_run:
                 decision = dry(decision)
             elif decision.change is not None:
-                self._state[_key(req)] = current_after(decision.change)
-                if decision.change.type == "DELETED":
-                    self._live.discard(_key(req))
-                else:
-                    self._live.add(_key(req))
+                self._follow(_key(req), decision.change)
                 self._next_rv += 1
             decisions.append(decision)
         return decisions
