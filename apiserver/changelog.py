@@ -81,9 +81,8 @@ class ChangeLog:
         return self._rv
 
     async def start(self) -> None:
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap,
-                                          enable_auto_commit=False,
-                                          fetch_max_wait_ms=self._settings.fetch_max_wait_ms)
+        self._consumer = kafka.consumer(self._bootstrap,
+                                        max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES)
         await self._consumer.start()
         self._consumer.assign([self._tp])
         progress = await self._store.progress(self._settings.changes_topic)
@@ -117,11 +116,12 @@ class ChangeLog:
                 await asyncio.sleep(1)
                 continue
             records = batch.get(self._tp, [])
-            if not records:
+            # Past the records and any transaction markers after them.
+            position = await self._consumer.position(self._tp)
+            if not records and position == self._position:
                 continue
             for record in records:
                 change = kafka.change_from_record(record)
-                self._position = record.offset + 1
                 if change is None or change.resource_version <= self._floor:
                     continue
                 key = identity(change.obj)
@@ -130,6 +130,7 @@ class ChangeLog:
                 self._append(event)
                 for sub in self._subscribers:
                     sub.offer(event)
+            self._position = position
             async with self._advanced:
                 self._advanced.notify_all()
 

@@ -31,12 +31,11 @@ class Writer:
 
     async def start(self) -> None:
         self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all",
-                                          linger_ms=0, max_batch_size=kafka.MAX_BATCH_BYTES,
+                                          enable_idempotence=True, linger_ms=0,
+                                          max_batch_size=kafka.MAX_BATCH_BYTES,
                                           max_request_size=kafka.MAX_REQUEST_BYTES)
         await self._producer.start()
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap,
-                                          enable_auto_commit=False,
-                                          fetch_max_wait_ms=self._settings.fetch_max_wait_ms)
+        self._consumer = kafka.consumer(self._bootstrap)
         await self._consumer.start()
         self._consumer.assign([self._tp])
         await self._consumer.seek_to_end(self._tp)

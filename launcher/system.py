@@ -1,9 +1,9 @@
 """``reports-pipeline up``: the whole system in one process tree.
 
 One process owns embedded ClickHouse (chDB allows one per data directory), so
-the Faust worker and the frontend share this process; the embedded broker is a
-child process. Against a Kafka cluster and a ClickHouse server the same parts
-run, just connected elsewhere.
+the worker (committer and Faust agents) and the frontend share this process;
+the embedded Apache Kafka is a child process. Against a Kafka cluster and a
+ClickHouse server the same parts run, just connected elsewhere.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from apiserver.changelog import ChangeLog
 from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, write_kubeconfig
 from apiserver.writes import Writer
-from launcher.broker import EmbeddedBroker
+from launcher.broker import KafkaBroker
 from pipeline import kafka
+from pipeline.committing import CommitService
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
-from pipeline.worker import build_app
+from pipeline.worker import build_app, build_committer
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class System:
         self.token = ""
         self.app: ASGIApp | None = None
         self.store: ReportStore | None = None
+        self.broker: KafkaBroker | None = None
+        self.committer: CommitService | None = None
 
     async def start(self) -> None:
         try:
@@ -134,10 +137,13 @@ class System:
         worker, frontend, token = self._roles
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.bootstrap:
-            broker = EmbeddedBroker(log_file=self.data_dir / "broker.log")
+            broker = KafkaBroker(self.data_dir / "kafka", heap=settings.kafka_heap,
+                                 cache=Path(settings.kafka_cache) if settings.kafka_cache
+                                 else None, progress=_progress)
             await broker.start()
             stack.push_async_callback(broker.stop)
             self.bootstrap = broker.bootstrap
+            self.broker = broker
         await kafka.ensure_topics(settings, self.bootstrap)
 
         self.store = store = ReportStore(settings, data_dir=self.data_dir)
@@ -148,6 +154,11 @@ class System:
             app = build_app(settings, store, bootstrap=self.bootstrap, data_dir=self.data_dir)
             await app.start()
             stack.push_async_callback(app.stop)
+            self.committer = CommitService(
+                settings, build_committer(settings, store, bootstrap=self.bootstrap),
+                bootstrap=self.bootstrap)
+            await self.committer.start()
+            stack.push_async_callback(self.committer.stop)
         if not frontend:
             return
         changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
@@ -156,8 +167,6 @@ class System:
         writer = Writer(settings, bootstrap=self.bootstrap)
         await writer.start()
         stack.push_async_callback(writer.stop)
-        if worker:
-            stack.push_async_callback(_drain, store, changelog)
 
         service = ReportService(store=store, changelog=changelog, writer=writer)
         if token:
@@ -219,13 +228,5 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
         await serving
 
 
-async def _drain(store: ReportStore, changelog: ChangeLog, timeout: float = 15.0) -> None:
-    """Let the materializer catch up with the change log before stopping: with
-    the embedded broker, ClickHouse is all that survives a restart."""
-    target = changelog.resource_version
-    try:
-        async with asyncio.timeout(timeout):
-            while await store.watermark() < target:
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        log.warning("stopping before ClickHouse caught up with resourceVersion %d", target)
+def _progress(message: str) -> None:
+    print(f"reports-pipeline: {message}", file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ def _key(req: WriteRequest) -> Key:
 
 
 class Committer:
-    def __init__(self, store: ReportStore, read_tail: TailReader, *, max_keys: int = 50000):
+    def __init__(self, store: ReportStore, read_tail: TailReader, *, max_keys: int = 5000):
         self._store = store
         self._read_tail = read_tail
         self._state: dict[Key, Current] = {}
@@ -84,7 +84,8 @@ class Committer:
         return decisions
 
     async def trim(self) -> None:
-        """Drop state ClickHouse already holds, once there is much of it."""
+        """Drop state ClickHouse already holds, once there is much of it: what
+        stays is bounded by ``max_keys`` plus the materializer's lag."""
         if len(self._state) <= self._max_keys:
             return
         watermark = await self._store.watermark()

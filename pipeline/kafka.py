@@ -1,75 +1,128 @@
-"""Kafka adapter: topic set-up, the low-latency Faust transport, and reading the
-change log from where ClickHouse stopped.
+"""Kafka adapter: topic set-up, the Faust transport, consumers that read
+committed records only, and reading the change log from where ClickHouse
+stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import TopicAlreadyExistsError
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from pipeline import topics
 from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError
 from pipeline.settings import Settings
 from pipeline.store import Progress
+from pipeline.topics import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
 TRANSPORT_SCHEME = "reports-kafka"
 #: Producer batches: records sent together share one batch up to this size
-#: (aiokafka's default is 16 KiB, two reports). Each batch is one object in the
-#: embedded broker, whose fetches slow down with the number of objects in a
-#: partition, so fewer, fuller batches keep it fast for longer.
+#: (aiokafka's default of 16 KiB holds two reports).
 MAX_BATCH_BYTES = 1024 * 1024
 #: The largest produce request: a report body may be several MiB.
-MAX_REQUEST_BYTES = 16 * 1024 * 1024
+MAX_REQUEST_BYTES = MAX_MESSAGE_BYTES
+#: Consumers see only committed transactions: the committer publishes every
+#: change in a transaction, and a fenced committer's are aborted.
+ISOLATION = "read_committed"
 
 
-class LowLatencyConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """Faust fixes the consumer's fetch wait at 1.5 s; brokers that answer a
-    fetch only when the wait expires then add that much latency to every hop.
-    Take it from the app instead."""
+class ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust reads committed records only in its own exactly-once mode; the
+    change log is written by the transactional committer, so the agents read
+    it that way always."""
 
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
-        consumer._fetch_max_wait_ms = getattr(self.app, "fetch_max_wait_ms", 500)
+        consumer._isolation_level = ISOLATION
         return consumer
 
 
-class LowLatencyConsumer(faust_aiokafka.Consumer):
-    def _new_consumer_thread(self) -> LowLatencyConsumerThread:
-        return LowLatencyConsumerThread(self, loop=self.loop, beacon=self.beacon)
+class ReadCommittedConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> ReadCommittedConsumerThread:
+        return ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
 class Transport(faust_aiokafka.Transport):
-    Consumer = LowLatencyConsumer
+    Consumer = ReadCommittedConsumer
 
 
 TRANSPORTS.aliases[TRANSPORT_SCHEME] = f"{__name__}:Transport"
 
 
+def consumer(bootstrap: str, **options: Any) -> AIOKafkaConsumer:
+    """A consumer of the pipeline's topics (committed records only)."""
+    return AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                            isolation_level=ISOLATION, **options)
+
+
+async def wait_no_open_transactions(settings: Settings, bootstrap: str,
+                                    timeout: float = 30.0) -> None:
+    """Until no transaction is pending in the change log (its last stable
+    offset reaches its end), so what a reader sees is all that will ever be
+    committed before the next transaction."""
+    tp = TopicPartition(settings.changes_topic, 0)
+    committed = consumer(bootstrap)
+    everything = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await committed.start()
+    await everything.start()
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                stable = (await committed.end_offsets([tp]))[tp]
+                end = (await everything.end_offsets([tp]))[tp]
+                if stable >= end:
+                    return
+                await asyncio.sleep(0.05)
+    finally:
+        await committed.stop()
+        await everything.stop()
+
+
 async def ensure_topics(settings: Settings, bootstrap: str) -> None:
-    """Create the pipeline's topics if they do not exist. The change log has one
-    partition: its order is the resourceVersion order."""
+    """Create the pipeline's topics with their policies (``pipeline.topics``),
+    and bring the policies of existing ones up to date. Each has one
+    partition: the change log's order is the resourceVersion order."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
+        wanted = topics.specs(settings)
         existing = set(await admin.list_topics())
-        wanted = [NewTopic(t, 1, 1) for t in (settings.changes_topic, settings.requests_topic,
-                                               settings.replies_topic,
-                                               settings.result_events_topic,
-                                               settings.summaries_topic) if t not in existing]
-        if wanted:
+        missing = [NewTopic(t.name, 1, 1, topic_configs=t.config) for t in wanted
+                   if t.name not in existing]
+        if missing:
             try:
-                await admin.create_topics(wanted)
+                await admin.create_topics(missing)
             except TopicAlreadyExistsError:
                 pass
+        present = [t for t in wanted if t.name in existing]
+        if present:
+            await _align_configs(admin, present)
     finally:
         await admin.close()
+
+
+async def _align_configs(admin: AIOKafkaAdminClient, specs: list[topics.TopicSpec]) -> None:
+    responses = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, t.name) for t in specs])
+    current: dict[str, dict[str, str]] = {}
+    for response in responses:
+        for _err, _msg, _rtype, name, entries in response.resources:
+            current[name] = {e[0]: e[1] for e in entries}
+    stale = [t for t in specs
+             if any(current.get(t.name, {}).get(k) != v for k, v in t.config.items())]
+    if stale:
+        log.info("updating the policies of topics %s", ", ".join(t.name for t in stale))
+        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t.name, t.config)
+                                   for t in stale])
 
 
 def change_from_record(record: Any) -> Change | None:
@@ -86,45 +139,55 @@ async def start_offset(consumer: AIOKafkaConsumer, tp: TopicPartition,
                        progress: Progress | None) -> int:
     """First offset of ``tp`` not yet materialized in ClickHouse.
 
-    ``progress`` names the last materialized record. If the log no longer holds
-    that record (an embedded broker restarts empty), everything in the log is
-    newer than ClickHouse and reading starts at its beginning.
+    ``progress`` names the last materialized record. When the log no longer
+    holds it, either retention removed it (everything left is newer, and any
+    change removed before it was materialized is lost: the log must outlast
+    materializer outages) or the topic was recreated; reading starts at the
+    log's beginning.
     """
     begin = (await consumer.beginning_offsets([tp]))[tp]
     end = (await consumer.end_offsets([tp]))[tp]
-    if progress is None or not begin <= progress.offset < end:
+    if progress is None:
+        return begin
+    if progress.offset < begin:
+        log.error("the change log starts at offset %d, after the last materialized change"
+                  " (%d): changes in between were removed before ClickHouse held them",
+                  begin, progress.offset)
+        return begin
+    if progress.offset >= end:
+        log.error("the change log ends at offset %d, before the last materialized change"
+                  " (%d): was the topic recreated?", end, progress.offset)
         return begin
     consumer.seek(tp, progress.offset)
     batch = await consumer.getmany(tp, timeout_ms=5000, max_records=1)
     records = batch.get(tp) or []
-    if records:
+    if records and records[0].offset == progress.offset:
         change = change_from_record(records[0])
         if change is not None and change.resource_version == progress.resource_version:
             return progress.offset + 1
+    log.error("the change log's record at offset %d is not the last materialized change"
+              " (resourceVersion %d): was the topic recreated?", progress.offset,
+              progress.resource_version)
     return begin
 
 
 async def read_tail(settings: Settings, bootstrap: str, progress: Progress | None) -> list[Change]:
-    """Every change in the log that ClickHouse may not have yet."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                fetch_max_wait_ms=settings.fetch_max_wait_ms)
-    await consumer.start()
+    """Every committed change in the log that ClickHouse may not have yet."""
+    reader = consumer(bootstrap)
+    await reader.start()
     try:
         tp = TopicPartition(settings.changes_topic, 0)
-        consumer.assign([tp])
-        offset = await start_offset(consumer, tp, progress)
-        end = (await consumer.end_offsets([tp]))[tp]
-        consumer.seek(tp, offset)
+        reader.assign([tp])
+        offset = await start_offset(reader, tp, progress)
+        end = (await reader.end_offsets([tp]))[tp]
+        reader.seek(tp, offset)
         out: list[Change] = []
-        while offset < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000)
+        while await reader.position(tp) < end:
+            batch = await reader.getmany(tp, timeout_ms=1000)
             for record in batch.get(tp, []):
-                offset = record.offset + 1
                 change = change_from_record(record)
                 if change is not None:
                     out.append(change)
         return out
-    except KafkaError:
-        raise
     finally:
-        await consumer.stop()
+        await reader.stop()

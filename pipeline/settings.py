@@ -14,7 +14,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class Settings:
     kafka_bootstrap: str = ""
     """KAFKA_BOOTSTRAP: ``host:port[,host:port]`` of a Kafka cluster; empty means
-    the embedded broker that ``reports-pipeline up`` starts."""
+    the single-node Apache Kafka that ``reports-pipeline up`` runs as a child."""
 
     clickhouse_url: str = ""
     """CLICKHOUSE_URL: ``http(s)://user:password@host:port`` of a ClickHouse server;
@@ -28,10 +28,6 @@ class Settings:
 
     cluster: str = "default"
     """REPORTS_CLUSTER: name of the Kubernetes cluster the reports belong to."""
-
-    fetch_max_wait_ms: int = 5
-    """REPORTS_FETCH_MAX_WAIT_MS: consumer long-poll bound. The embedded broker
-    answers a fetch only when this expires, so it bounds delivery latency."""
 
     write_timeout: float = 10.0
     """REPORTS_WRITE_TIMEOUT: seconds a write waits for the committer's answer."""
@@ -54,6 +50,41 @@ class Settings:
     window_seconds: int = 60
     """REPORTS_WINDOW_SECONDS: size of the tumbling windows of activity."""
 
+    changes_retention_hours: float = 168.0
+    """REPORTS_CHANGES_RETENTION_HOURS: how long the change log keeps a change
+    (ClickHouse keeps the history; the log must outlast any materializer outage)."""
+
+    changes_retention_bytes: int = 4 * 1024**3
+    """REPORTS_CHANGES_RETENTION_BYTES: most bytes the change log keeps."""
+
+    requests_retention_minutes: float = 60.0
+    """REPORTS_REQUESTS_RETENTION_MINUTES: how long write requests and replies are
+    kept (a write waits seconds for its reply)."""
+
+    events_retention_hours: float = 168.0
+    """REPORTS_EVENTS_RETENTION_HOURS: how long result events are kept."""
+
+    summaries_retention_days: float = 30.0
+    """REPORTS_SUMMARIES_RETENTION_DAYS: the summaries topic is compacted (the last
+    record per key); window records older than this are deleted. Current counts
+    are published again every day, so they never age out."""
+
+    transactional_id: str = ""
+    """REPORTS_TRANSACTIONAL_ID: the committer's Kafka transactional.id (default
+    ``<prefix>-committer``). Every worker of one deployment uses the same, so a
+    new committer fences the one it replaces."""
+
+    committer_cache_keys: int = 5000
+    """REPORTS_COMMITTER_CACHE_KEYS: objects whose latest version the committer
+    keeps in memory beyond those ClickHouse does not hold yet."""
+
+    kafka_heap: str = "512m"
+    """REPORTS_KAFKA_HEAP: Java heap of the embedded Kafka broker."""
+
+    kafka_cache: str = ""
+    """REPORTS_KAFKA_CACHE: where the embedded Kafka's jars are cached (default
+    ``~/.cache/reports-pipeline``)."""
+
     @property
     def changes_topic(self) -> str:
         return f"{self.topic_prefix}.changes"
@@ -73,6 +104,14 @@ class Settings:
     @property
     def summaries_topic(self) -> str:
         return f"{self.topic_prefix}.summaries"
+
+    @property
+    def committer_transactional_id(self) -> str:
+        return self.transactional_id or f"{self.topic_prefix}-committer"
+
+    @property
+    def committer_group(self) -> str:
+        return f"{self.topic_prefix}-committer"
 
     @property
     def app_id(self) -> str:

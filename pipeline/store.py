@@ -292,9 +292,14 @@ class ReportStore:
         return await self.run(query)
 
     async def watermark(self) -> int:
-        """Highest resourceVersion materialized (0 when empty)."""
+        """Highest resourceVersion materialized (0 when empty): every change up
+        to it is in ClickHouse. Read from the materializer's progress (one row
+        per partition), not from the reports, whose size grows."""
         def query(client: Client) -> int:
-            return int(client.query("SELECT max(resource_version) FROM reports").result_rows[0][0])
+            return int(client.query(
+                "SELECT max(resource_version) FROM changes_progress FINAL"
+                " WHERE topic = {t:String}",
+                parameters={"t": self._settings.changes_topic}).result_rows[0][0])
         return await self.run(query)
 
     async def live_keys(self) -> set[tuple[str, str, str]]:

@@ -1,16 +1,17 @@
-"""The Faust application: the agents that commit writes and materialize them.
+"""The Faust application: the agents that follow the change log.
 
-- ``commit`` consumes write requests, decides each against the current state
-  (``pipeline.commit``), publishes the changes to the public change log, then
-  answers on the requester's reply topic;
-- ``materialize`` consumes the change log and writes it to ClickHouse.
+- ``materialize`` writes every change to ClickHouse;
+- ``aggregate`` keeps exact counts per namespace and policy and windows of
+  activity, published to the public topics and ClickHouse's trend tables.
+
+The committer (``pipeline.committing``) runs beside them in the same worker
+process: it needs a Kafka transaction per batch, which Faust's agents do not
+give.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import deque
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,31 +20,31 @@ import faust
 
 from pipeline import kafka
 from pipeline.aggregator import Aggregator, Topics
-from pipeline.commit import Decision
 from pipeline.committer import Committer
-from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError, WriteRequest
-from pipeline.objects import identity, object_key
+from pipeline.messages import Change
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
 
 log = logging.getLogger(__name__)
-#: Batches of decided writes whose acknowledgements may be outstanding at once.
-MAX_UNANSWERED = 16
 
 
-class PipelineApp(faust.App):
-    fetch_max_wait_ms: int = 500
+def build_committer(settings: Settings, store: ReportStore, *, bootstrap: str) -> Committer:
+    async def tail() -> list[Change]:
+        return await kafka.read_tail(settings, bootstrap, await store.progress(
+            settings.changes_topic))
+    return Committer(store, tail, max_keys=settings.committer_cache_keys)
 
 
 def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
-              data_dir: Path) -> PipelineApp:
-    app = PipelineApp(
+              data_dir: Path) -> faust.App:
+    app = faust.App(
         settings.app_id,
         broker=f"{kafka.TRANSPORT_SCHEME}://{bootstrap}",
         store="memory://",
         web_enabled=False,
         datadir=str(data_dir / "faust"),
         topic_partitions=1,
+        topic_replication_factor=1,
         producer_acks=-1,
         producer_linger=0.0,
         producer_max_batch_size=kafka.MAX_BATCH_BYTES,
@@ -53,72 +54,12 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
         broker_commit_interval=0.5,
         consumer_auto_offset_reset="earliest",
     )
-    app.fetch_max_wait_ms = settings.fetch_max_wait_ms
     # Table updates queue their changelog records in the producer buffer, and
-    # Faust pauses every stream (the committer's too) while it holds more than
-    # this; a batch of changes updates many keys at once.
+    # Faust pauses every stream while it holds more than this; a batch of
+    # changes updates many keys at once.
     app.producer.buffer.max_messages = 20_000
-    requests = app.topic(settings.requests_topic, key_serializer="raw", value_serializer="raw",
-                         partitions=1, internal=False)
     changes = app.topic(settings.changes_topic, key_serializer="raw", value_serializer="raw",
                         partitions=1, internal=False)
-
-    async def tail() -> list[Change]:
-        return await kafka.read_tail(settings, bootstrap, await store.progress(
-            settings.changes_topic))
-
-    committer = Committer(store, tail)
-    app.committer = committer  # type: ignore[attr-defined]
-
-    def _revoked(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
-        committer.invalidate()
-
-    app.on_partitions_revoked.connect(_revoked)
-
-    async def answer(batch: list[WriteRequest], decisions: list[Decision],
-                     acks: list[Any]) -> None:
-        """Reply once the batch's changes are durable in the change log."""
-        try:
-            for ack in acks:
-                await ack
-            replies = []
-            for req, d in zip(batch, decisions, strict=True):
-                replies.append(await app.producer.send(
-                    req.reply_to, req.id.encode(), d.reply.encode(), None, None, None))
-            for r in replies:
-                await r
-        except Exception:
-            # The committer's state may now be ahead of the log: rebuild it.
-            # Unanswered writers time out with "outcome unknown".
-            log.exception("publishing a batch of changes failed")
-            committer.invalidate()
-
-    @app.agent(requests, name="commit")
-    async def commit(stream: Any) -> None:
-        # Batches are decided one after another (the committer's state and the
-        # resourceVersion counter move in log order) while earlier batches'
-        # acknowledgements are still awaited: the agent never idles on the
-        # broker's round trip.
-        answering: deque[asyncio.Task[None]] = deque()
-        async for events in stream.take_events(512, within=0.001):
-            batch: list[WriteRequest] = []
-            for event in events:
-                try:
-                    batch.append(WriteRequest.decode(event.value))
-                except DecodeError:
-                    log.warning("skipping undecodable request at offset %s",
-                                event.message.offset)
-            decisions = await committer.decide_batch(batch)
-            acks = []
-            for d in decisions:
-                if d.change is not None:
-                    acks.append(await changes.send(
-                        key=object_key(*identity(d.change.obj)).encode(), value=d.change.encode(),
-                        headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())]))
-            answering.append(asyncio.create_task(answer(batch, decisions, acks)))
-            while answering and (answering[0].done() or len(answering) > MAX_UNANSWERED):
-                await answering.popleft()
-            await committer.trim()
 
     contributions = app.Table(f"{settings.topic_prefix}-contributions", default=None,
                               partitions=1, key_type=str, use_partitioner=True)

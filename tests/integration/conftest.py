@@ -1,6 +1,7 @@
-"""Integration fixtures: the whole system in-process on the embedded broker and
-chDB. chDB allows one data path per process, so every system of a test run
-shares one directory; each gets its own database and topic prefix."""
+"""Integration fixtures: the whole system in-process on a real Apache Kafka
+broker (one for the test session, run as ``up`` runs it) and chDB. chDB allows
+one data path per process, so every system of a test run shares one
+directory; each gets its own database and topic prefix."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import contextlib
 import json
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,7 @@ import uvicorn
 
 from launcher.system import System
 from pipeline.settings import Settings
+from tests.kafka import running_broker
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +29,19 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("pipeline")
 
 
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of the session's Kafka broker."""
+    with running_broker(tmp_path_factory.mktemp("kafka")) as bootstrap:
+        yield bootstrap
+
+
 @pytest.fixture
-def make_settings() -> Callable[..., Settings]:
+def make_settings(kafka: str) -> Callable[..., Settings]:
     def make(**overrides: object) -> Settings:
         run = uuid.uuid4().hex[:10]
-        return Settings.from_env({}, database=f"t_{run}", topic_prefix=f"t-{run}",
-                                 **overrides)
+        return Settings.from_env({}, **{"kafka_bootstrap": kafka, "database": f"t_{run}",
+                                        "topic_prefix": f"t-{run}", **overrides})
     return make
 
 
@@ -53,8 +62,8 @@ class Running:
 async def start(data_dir: Path) -> AsyncIterator[Callable[[Settings], object]]:
     running: list[Running] = []
 
-    async def start_system(settings: Settings) -> Running:
-        system = System(settings, data_dir, worker=not settings.kafka_bootstrap)
+    async def start_system(settings: Settings, *, worker: bool = True) -> Running:
+        system = System(settings, data_dir, worker=worker)
         await system.start()
         r = Running(system)
         running.append(r)

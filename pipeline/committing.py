@@ -1,0 +1,201 @@
+"""The committer's Kafka side: it consumes write requests as a member of the
+committer group and, while it owns the requests partition, decides each batch
+(``Committer``) and publishes its changes, its replies and the consumed offsets
+in one Kafka transaction.
+
+One committer at a time: every worker runs this service with the same
+transactional.id. The group gives the partition to one member; that member's
+producer, when it starts, fences every earlier producer of the id, and the
+broker aborts whatever transaction such a producer left open. A deposed
+committer (after a rebalance or a long pause) therefore cannot publish a
+change, spend a resourceVersion or answer a writer: its commit fails, it drops
+its state and goes back to waiting for the partition. Requests it had consumed
+are decided again by the new owner, from the offsets the last committed
+transaction recorded (exactly once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.structs import OffsetAndMetadata
+
+from pipeline import kafka
+from pipeline.commit import Decision
+from pipeline.committer import Committer
+from pipeline.messages import REQUEST_ID_HEADER, DecodeError, WriteRequest
+from pipeline.objects import identity, object_key
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+#: Most requests decided in one transaction.
+MAX_BATCH = 512
+
+
+class Fenced(RuntimeError):
+    """Another committer took over: this one may publish nothing more."""
+
+
+class _Ownership(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, service: CommitService):
+        self._service = service
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._service.release()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self._service.owning = bool(assigned)
+
+
+class CommitService:
+    def __init__(self, settings: Settings, committer: Committer, *, bootstrap: str):
+        self._settings = settings
+        self._committer = committer
+        self._bootstrap = bootstrap
+        self._tp = TopicPartition(settings.requests_topic, 0)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()  # one batch at a time; a rebalance waits for it
+        self._task: asyncio.Task[None] | None = None
+        self.owning = False
+        #: Transactions committed and lost to fencing (for tests and metrics).
+        self.committed = 0
+        self.fenced = 0
+
+    async def start(self) -> None:
+        self._consumer = kafka.consumer(
+            self._bootstrap, group_id=self._settings.committer_group,
+            auto_offset_reset="earliest", max_poll_records=MAX_BATCH,
+            session_timeout_ms=10000, heartbeat_interval_ms=1000,
+            max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES)
+        await self._consumer.start()
+        self._consumer.subscribe([self._tp.topic], listener=_Ownership(self))
+        self._task = asyncio.create_task(self._run(), name="committer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.release()
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def release(self) -> None:
+        """Give up ownership: after the batch in hand, drop the producer and
+        everything decided from the state it saw."""
+        async with self._lock:
+            self.owning = False
+            await self._drop_producer()
+
+    async def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        self._committer.invalidate()
+        if producer is not None:
+            with contextlib.suppress(KafkaError):
+                await producer.stop()
+
+    async def take_over(self) -> None:
+        """Start a producer with the committer's transactional.id (fencing any
+        earlier one), wait until no transaction of an earlier one is pending in
+        the change log, and recover the committer's state from it."""
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True,
+            transactional_id=self._settings.committer_transactional_id,
+            transaction_timeout_ms=int(self._settings.write_timeout * 1000),
+            linger_ms=0, max_batch_size=kafka.MAX_BATCH_BYTES,
+            max_request_size=kafka.MAX_REQUEST_BYTES)
+        await producer.start()
+        try:
+            # The producer id and epoch (InitProducerId): this is the fencing step.
+            await producer._txn_manager.wait_for_pid()
+            await kafka.wait_no_open_transactions(self._settings, self._bootstrap)
+            await self._committer.recover()
+        except BaseException:
+            await producer.stop()
+            raise
+        self._producer = producer
+        log.info("this worker is the committer (transactional.id %s)",
+                 self._settings.committer_transactional_id)
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
+        while True:
+            try:
+                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
+                records = batch.get(self._tp, [])
+                if records:
+                    async with self._lock:
+                        await self._process(records)
+            except asyncio.CancelledError:
+                raise
+            except Fenced:
+                log.warning("another committer took over; this one stands down")
+            except Exception:
+                log.exception("committing a batch failed; retrying from the last commit")
+                await asyncio.sleep(1)
+
+    async def _process(self, records: list[Any]) -> None:
+        if not self.owning:
+            return  # revoked between fetch and now: the new owner decides these
+        if self._producer is None:
+            await self.take_over()
+        requests = []
+        for record in records:
+            try:
+                requests.append(WriteRequest.decode(record.value))
+            except DecodeError:
+                log.warning("skipping undecodable request at offset %s", record.offset)
+        try:
+            decisions = await self._committer.decide_batch(requests)
+            await self.publish(requests, decisions, next_offset=records[-1].offset + 1)
+            await self._committer.trim()
+        except BaseException:
+            # Nothing of this batch is visible: decide it again, from state
+            # recovered from the log.
+            self._committer.invalidate()
+            await self._rewind()
+            raise
+
+    async def publish(self, requests: list[WriteRequest], decisions: list[Decision], *,
+                      next_offset: int) -> None:
+        """One transaction: the batch's changes, its replies, and the requests
+        partition's next offset. Raises Fenced if another committer took over."""
+        producer = self._producer
+        assert producer is not None
+        try:
+            await producer.begin_transaction()
+            for d in decisions:
+                if d.change is not None:
+                    await producer.send(
+                        self._settings.changes_topic, d.change.encode(),
+                        key=object_key(*identity(d.change.obj)).encode(),
+                        headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())])
+            for req, d in zip(requests, decisions, strict=True):
+                await producer.send(req.reply_to, d.reply.encode(), key=req.id.encode())
+            await producer.send_offsets_to_transaction(
+                {self._tp: OffsetAndMetadata(next_offset, "")}, self._settings.committer_group)
+            await producer.commit_transaction()
+            self.committed += 1
+        except ProducerFenced as err:
+            self.fenced += 1
+            await self._drop_producer()
+            raise Fenced(str(err)) from err
+        except BaseException:
+            await self._drop_producer()  # its transaction is aborted by the next producer
+            raise
+
+    async def _rewind(self) -> None:
+        """Back to the last committed offset of the requests partition."""
+        assert self._consumer is not None
+        with contextlib.suppress(KafkaError, AssertionError, ValueError):
+            committed = await self._consumer.committed(self._tp)
+            if committed is None:
+                await self._consumer.seek_to_beginning(self._tp)
+            else:
+                self._consumer.seek(self._tp, committed)

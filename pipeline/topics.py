@@ -1,0 +1,63 @@
+"""Every topic the system creates and the policy that fits its role. Pure.
+
+- write requests and replies live seconds: short time retention;
+- the change log is the source of truth until ClickHouse holds it: time and
+  size retention (ClickHouse keeps the history);
+- result events are a stream of facts: time retention;
+- summaries are a table (the last record per key): compacted, with window
+  records deleted after a while.
+
+Faust creates the changelog topics of its own tables (compacted; the windowed
+table's also deleted after its windows expire).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.settings import Settings
+
+#: Largest record batch any topic accepts (a report may be several MiB).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    role: str
+    config: dict[str, str]
+
+
+def _ms(hours: float) -> str:
+    return str(int(hours * HOUR_MS))
+
+
+def specs(settings: Settings) -> list[TopicSpec]:
+    base = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+    short = _ms(settings.requests_retention_minutes / 60)
+    transient = {**base, "cleanup.policy": "delete", "retention.ms": short,
+                 # Retention removes whole segments: roll them often enough.
+                 "segment.ms": str(min(int(short), HOUR_MS)),
+                 "segment.bytes": str(64 * 1024 * 1024)}
+    return [
+        TopicSpec(settings.requests_topic, "write requests to the committer", transient),
+        TopicSpec(settings.replies_topic, "the committer's answers", transient),
+        TopicSpec(settings.changes_topic, "the change log: every committed write", {
+            **base, "cleanup.policy": "delete",
+            "retention.ms": _ms(settings.changes_retention_hours),
+            "retention.bytes": str(settings.changes_retention_bytes),
+            "segment.bytes": str(256 * 1024 * 1024),
+            "segment.ms": str(min(int(_ms(settings.changes_retention_hours)) // 4,
+                                  24 * HOUR_MS))}),
+        TopicSpec(settings.result_events_topic, "result status changes", {
+            **base, "cleanup.policy": "delete",
+            "retention.ms": _ms(settings.events_retention_hours),
+            "segment.ms": str(min(int(_ms(settings.events_retention_hours)) // 4,
+                                  24 * HOUR_MS))}),
+        TopicSpec(settings.summaries_topic, "counts per namespace and policy", {
+            **base, "cleanup.policy": "compact,delete",
+            "retention.ms": _ms(settings.summaries_retention_days * 24),
+            "segment.ms": str(6 * HOUR_MS), "min.cleanable.dirty.ratio": "0.25",
+            "delete.retention.ms": str(24 * HOUR_MS)}),
+    ]

@@ -1,0 +1,30 @@
+"""A real Apache Kafka broker for a whole test session, started the way
+``reports-pipeline up`` starts its own, on an event loop of its own thread (the
+tests' loops come and go; the broker must outlive them)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from launcher.broker import KafkaBroker
+
+
+@contextlib.contextmanager
+def running_broker(root: Path, *, timeout: float = 180) -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    broker = KafkaBroker(root)
+    thread = threading.Thread(target=loop.run_forever, name="kafka-broker", daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(broker.start(), loop).result(timeout)
+        yield broker.bootstrap
+    finally:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(broker.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
