@@ -168,16 +168,18 @@ class CommitService:
         partition's next offset. Raises Fenced if another committer took over."""
         producer = self._producer
         assert producer is not None
+        sent: list[asyncio.Future[Any]] = []
         try:
             await producer.begin_transaction()
             for d in decisions:
                 if d.change is not None:
-                    await producer.send(
+                    sent.append(await producer.send(
                         self._settings.changes_topic, d.change.encode(),
                         key=object_key(*identity(d.change.obj)).encode(),
-                        headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())])
+                        headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())]))
             for req, d in zip(requests, decisions, strict=True):
-                await producer.send(req.reply_to, d.reply.encode(), key=req.id.encode())
+                sent.append(await producer.send(req.reply_to, d.reply.encode(),
+                                                key=req.id.encode()))
             await producer.send_offsets_to_transaction(
                 {self._tp: OffsetAndMetadata(next_offset, "")}, self._settings.committer_group)
             await producer.commit_transaction()
@@ -189,6 +191,9 @@ class CommitService:
         except BaseException:
             await self._drop_producer()  # its transaction is aborted by the next producer
             raise
+        finally:
+            for fut in sent:  # a failed transaction fails every send: seen here
+                fut.add_done_callback(_retrieve)
 
     async def _rewind(self) -> None:
         """Back to the last committed offset of the requests partition."""
@@ -196,6 +201,10 @@ class CommitService:
         with contextlib.suppress(KafkaError, AssertionError, ValueError):
             committed = await self._consumer.committed(self._tp)
             if committed is None:
-                await self._consumer.seek_to_beginning(self._tp)
-            else:
-                self._consumer.seek(self._tp, committed)
+                committed = (await self._consumer.beginning_offsets([self._tp]))[self._tp]
+            self._consumer.seek(self._tp, committed)
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
