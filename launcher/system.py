@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ import socket
 import ssl
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -114,8 +115,12 @@ class System:
 
     def __init__(self, settings: Settings, data_dir: Path, *, worker: bool = True,
                  frontend: bool = True, token: bool = True):
-        self.settings = settings
         self.data_dir = data_dir.resolve()
+        if not settings.instance_id:
+            # One worker per data directory: its name is stable across restarts.
+            digest = hashlib.sha1(str(self.data_dir).encode()).hexdigest()[:12]
+            settings = replace(settings, instance_id=f"{socket.gethostname()}-{digest}")
+        self.settings = settings
         self._roles = (worker, frontend, token)
         self._stack = contextlib.AsyncExitStack()
         self.bootstrap = settings.kafka_bootstrap

@@ -78,6 +78,11 @@ class Settings:
     """REPORTS_COMMITTER_CACHE_KEYS: objects whose latest version the committer
     keeps in memory beyond those ClickHouse does not hold yet."""
 
+    instance_id: str = ""
+    """REPORTS_INSTANCE_ID: a stable name of this worker (static Kafka group
+    membership: a restarted worker takes its partitions back at once instead of
+    after the session timeout). ``up`` derives one from its data directory."""
+
     kafka_heap: str = "512m"
     """REPORTS_KAFKA_HEAP: Java heap of the embedded Kafka broker."""
 

@@ -53,6 +53,7 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
         broker_heartbeat_interval=1.0,
         broker_commit_interval=0.5,
         consumer_auto_offset_reset="earliest",
+        consumer_group_instance_id=settings.instance_id or None,
     )
     # Table updates queue their changelog records in the producer buffer, and
     # Faust pauses every stream while it holds more than this; a batch of

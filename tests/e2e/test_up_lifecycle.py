@@ -1,4 +1,4 @@
-"""``reports-pipeline up`` and its embedded broker child: killing the parent
+"""``reports-pipeline up`` and its Kafka broker child: killing the parent
 outright (SIGKILL, no chance to clean up) must not leave the broker running."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tests.e2e.conftest import Up
 def test_a_killed_up_takes_its_broker_with_it(up: Callable[[], Up]) -> None:
     system = up()
     children = psutil.Process(system.proc.pid).children(recursive=True)
-    brokers = [c for c in children if "broker" in c.cmdline()]
+    brokers = [c for c in children if "kafka.Kafka" in c.cmdline()]
     assert len(brokers) == 1, [c.cmdline() for c in children]
     broker = brokers[0]
 
