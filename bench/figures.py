@@ -58,6 +58,9 @@ def _number(value: float) -> str:
 class Report:
     figures: list[Figure] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
+    #: rows beside the figures (the soak phase's minutes), each under its own
+    #: key of the JSON
+    series: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, name: str, value: float, unit: str, target: tuple[str, float] | None = None,
             note: str = "") -> Figure:
@@ -76,4 +79,5 @@ class Report:
                                     r[4]]).rstrip() for r in rows)
 
     def to_json(self) -> dict[str, Any]:
-        return {"context": self.context, "figures": [f.to_json() for f in self.figures]}
+        return {"context": self.context, "figures": [f.to_json() for f in self.figures],
+                **self.series}

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import psutil
 
-from bench import analytics
+from bench import analytics, soak
 from bench.client import TABLE, Client, RequestFailed
 from bench.figures import Report, percentile
 from bench.running import RunningSystem
@@ -49,6 +49,8 @@ class Options:
     list_runs: int = 3
     analytics_reports: int = 100_000
     analytics_runs: int = 5
+    #: minutes of the sustained phase (0: none)
+    soak_minutes: float = 5.0
     mix: str = str(Mix())
     seed: int = 1
     data_dir: Path | None = None
@@ -57,7 +59,7 @@ class Options:
     def quick(cls) -> Options:
         return cls(resources=300, namespaces=10, list_size=2000, duration=5.0,
                    latency_duration=3.0, watch_duration=4.0, list_runs=2,
-                   analytics_reports=10_000, analytics_runs=3)
+                   analytics_reports=10_000, analytics_runs=3, soak_minutes=1.0)
 
 
 class Memory:
@@ -303,6 +305,21 @@ async def _against(system: RunningSystem, options: Options, report: Report, mix:
                    note=f"{versions} stored versions; per table: {tables}")
         report.add("raw JSON bytes per report", raw, "bytes")
         report.add("storage ratio", per_report / raw, "x raw", ("<=", 0.1))
+
+        if options.soak_minutes > 0:
+            # Last: its writes are not to weigh on the figures above (the
+            # broker's log and ClickHouse's parts grow with them).
+            await _settle(client)
+            progress(f"soak: mixed traffic ({mix}) for {options.soak_minutes:g} min,"
+                     f" {options.concurrency} clients")
+            sustained = await soak.sustain(Driver(client, mix, rng), pool,
+                                           minutes=options.soak_minutes,
+                                           concurrency=options.concurrency, pid=system.pid,
+                                           progress=progress)
+            reads = len(sustained.run.reads()) / sustained.run.seconds
+            soak.figures(report, sustained, note=f"{options.soak_minutes:g} min of mix {mix},"
+                         f" {options.concurrency} clients, {reads:.0f} reads/s alongside")
+            progress("soak per minute:\n" + soak.table(sustained.minutes()))
 
 
 async def _lists(system: RunningSystem, client: Client, options: Options, report: Report,

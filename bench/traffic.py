@@ -48,13 +48,21 @@ class Run:
     errors: Counter[str] = field(default_factory=Counter)
     bytes_written: int = 0
     versions_written: int = 0
-    #: when each write completed (perf_counter)
+    #: when each write completed (perf_counter), in order, and its latency
     completed: list[float] = field(default_factory=list)
+    write_latencies: list[float] = field(default_factory=list)
+    #: when each error happened (perf_counter), in order
+    failed: list[float] = field(default_factory=list)
 
     def record(self, kind: str, seconds: float) -> None:
         self.latencies.setdefault(kind, []).append(seconds)
         if kind in WRITES:
             self.completed.append(time.perf_counter())
+            self.write_latencies.append(seconds)
+
+    def error(self, key: str) -> None:
+        self.errors[key] += 1
+        self.failed.append(time.perf_counter())
 
     def rate(self, first: int, last: int) -> float:
         """Writes/s between the ``first``-th and ``last``-th completed write."""
@@ -100,12 +108,12 @@ class Driver:
         try:
             await op(res, run, sent)  # type: ignore[misc]
         except RequestFailed as err:
-            run.errors[f"{kind} {err.status}"] += 1
+            run.error(f"{kind} {err.status}")
             if err.status == 409:
                 await self._refresh(res)
             return
         except (TimeoutError, OSError) as err:
-            run.errors[f"{kind} {type(err).__name__}"] += 1
+            run.error(f"{kind} {type(err).__name__}")
             return
         run.record(kind, time.perf_counter() - (scheduled if scheduled is not None else sent))
 
@@ -161,7 +169,7 @@ class Driver:
             else:
                 await self.client.get(f"{polr_collection(res.namespace)}/{res.uid}")
         except RequestFailed as err:
-            run.errors[f"read {err.status}"] += 1
+            run.error(f"read {err.status}")
             return
         end = time.perf_counter()
         run.record("list" if listing else "get",
@@ -176,11 +184,14 @@ class Driver:
 
 
 async def closed_loop(driver: Driver, pool: list[Resource], *, concurrency: int,
-                      duration: float | None = None, seed: bool = False) -> Run:
+                      duration: float | None = None, seed: bool = False,
+                      run: Run | None = None) -> Run:
     """``concurrency`` clients, each taking an idle resource and performing the
     next step of the mix on it, until ``duration`` is over; with ``seed`` each
-    resource's PolicyReport is created once instead."""
-    run = Run()
+    resource's PolicyReport is created once instead. Steps are recorded in
+    ``run`` if given (so that a caller keeps what was done if it cancels the
+    loop), else in a new one."""
+    run = run if run is not None else Run()
     idle: asyncio.Queue[Resource] = asyncio.Queue()
     for res in pool:
         idle.put_nowait(res)

@@ -11,6 +11,7 @@ the public topics find it at the same address after a restart.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import ctypes.util
@@ -296,8 +297,8 @@ class KafkaBroker:
 
     async def _format(self, libs: Path, cluster_id: str) -> None:
         proc = await asyncio.create_subprocess_exec(
-            *self._java_command(libs, "kafka.tools.StorageTool", "format", "--cluster-id",
-                                cluster_id, "--config", str(self.layout.config),
+            *self._java_command(libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+                                "--config", str(self.layout.config),
                                 "--ignore-formatted"),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL)
@@ -345,9 +346,12 @@ class KafkaBroker:
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes in URL-safe base64, unpadded."""
-    import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes in URL-safe base64, unpadded, not
+    starting with '-' (as Kafka's own ``Uuid.randomUuid``)."""
+    while True:
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not value.startswith("-"):
+            return value
 
 
 async def _answers(bootstrap: str) -> bool:

@@ -88,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
             ("watch-duration", float, "seconds of the watch phase"),
             ("analytics-reports", int, "reports loaded for the analytics comparison"),
             ("mix", str, "traffic proportions, e.g. admission=50,background=40,read=10"),
-            ("seed", int, "random seed of the workload")):
+            ("seed", int, "random seed of the workload"),
+            ("soak-minutes", float, "minutes of the sustained phase (0: none)")):
         field = name.replace("-", "_")
         bench.add_argument(f"--{name}", type=kind, default=None,
                            help=f"{text} (default {getattr(defaults, field)})")

@@ -1,4 +1,5 @@
-"""``reports-pipeline bench --quick`` runs end to end and reports every figure.
+"""``reports-pipeline bench --quick`` runs end to end and reports every figure,
+the soak phase's (one minute in ``--quick``) with its rows per minute.
 Benchmarks are not tests: nothing here judges a figure against its target."""
 
 from __future__ import annotations
@@ -12,6 +13,15 @@ import pytest
 
 from tests.e2e.conftest import BIN
 
+SOAK = {
+    "soak throughput, first minute", "soak throughput, last minute",
+    "soak throughput, minimum minute", "soak throughput, last vs first", "soak stall windows",
+    "soak write latency p99",
+    *(f"soak {part} RSS growth{per}" for part in ("system", "broker")
+      for per in ("", " per 1,000 writes")),
+}
+MINUTE_COLUMNS = {"minute", "seconds", "writes", "writes_per_s", "p50_ms", "p99_ms", "errors",
+                  "system_rss_mb", "broker_rss_mb"}
 FIGURES = {
     "startup", "create throughput", "create throughput, first creates",
     "create throughput, last creates", "write throughput", "write latency p50",
@@ -23,6 +33,7 @@ FIGURES = {
       for fmt in ("JSON", "Table") for memory in ("", " memory growth")),
     *(f"analytics {q} speedup" for q in ("failing-now", "daily-fails", "top-resources",
                                          "high-scores")),
+    *SOAK,
 }
 
 
@@ -32,7 +43,8 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     done = subprocess.run([str(BIN / "reports-pipeline"), "bench", "--quick", "--output",
                            str(output)], capture_output=True, text=True, timeout=580)
     assert done.returncode == 0, done.stdout + done.stderr
-    figures = {f["name"]: f for f in json.loads(output.read_text())["figures"]}
+    written = json.loads(output.read_text())
+    figures = {f["name"]: f for f in written["figures"]}
     assert set(figures) == FIGURES
     for name, figure in figures.items():
         assert math.isfinite(figure["value"]), name
@@ -40,3 +52,13 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     assert figures["write throughput"]["target"] == {"op": ">=", "value": 1000}
     assert all(figures[f"LIST {s} JSON"]["note"].startswith("2000 items") or s == "all namespaces"
                for s in ("one namespace", "all namespaces"))
+    assert figures["soak throughput, last vs first"]["target"] == {"op": ">=", "value": 0.9}
+    assert "soak per minute:" in done.stdout
+    minutes = written["soak_minutes"]
+    assert [m["minute"] for m in minutes] == [1]
+    for row in minutes:
+        assert set(row) == MINUTE_COLUMNS
+        assert all(math.isfinite(v) for v in row.values()), row
+    assert minutes[0]["writes"] > 0 and minutes[0]["system_rss_mb"] > 0
+    assert written["soak_windows"] and all(math.isfinite(w["writes_per_s"])
+                                           for w in written["soak_windows"])

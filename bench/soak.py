@@ -1,0 +1,246 @@
+"""The sustained ("soak") phase of ``reports-pipeline bench``: the bench's mixed
+workload, closed-loop, for minutes. Per wall-clock minute from the phase's start
+it keeps the writes, their latency, the errors and the resident memory of the
+system and of its broker; per 15-second window the throughput, to see stalls.
+The figures ask whether the system keeps its pace and whether its memory stays
+flat once warm."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psutil
+
+from bench.figures import Report, percentile
+from bench.traffic import Driver, Run, closed_loop
+from bench.workload import Resource
+
+MB = 1024 * 1024
+MINUTE = 60.0
+WINDOW = 15.0
+#: how long past its end the phase waits for its last requests before cancelling them
+GRACE = 60.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  #: seconds since the phase started
+    system: int  #: RSS of ``up`` (bytes)
+    broker: int  #: RSS of its child processes, summed (bytes)
+
+
+class RssSampler:
+    """The resident memory of a process and of its children (the embedded
+    broker), sampled from a thread every ``interval`` seconds, and once more
+    at the start and at the end."""
+
+    def __init__(self, pid: int, started: float, interval: float = 2.0):
+        self._process = psutil.Process(pid)
+        self._started = started
+        self._interval = interval
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        try:
+            system = self._process.memory_info().rss
+            children = self._process.children(recursive=True)
+        except psutil.Error:
+            return
+        broker = 0
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                broker += child.memory_info().rss
+        self.samples.append(Sample(time.perf_counter() - self._started, system, broker))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.sample()
+
+    def __enter__(self) -> RssSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+@dataclass(frozen=True)
+class Minute:
+    minute: int
+    seconds: float
+    writes: int
+    writes_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    system_rss_mb: float
+    broker_rss_mb: float
+
+
+@dataclass
+class Soak:
+    """What the phase did, with its times as seconds since its start."""
+
+    seconds: float  #: the phase's nominal length
+    run: Run
+    started: float  #: perf_counter at the start
+    samples: list[Sample]
+    cut_short: bool = False  #: the last requests outlived the grace period
+    _done: list[float] = field(default_factory=list, init=False, repr=False)
+    _failed: list[float] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._done = [t - self.started for t in self.run.completed]
+        self._failed = [t - self.started for t in self.run.failed]
+
+    def _index(self, at: float) -> int:
+        return bisect.bisect_left(self._done, at)
+
+    def writes(self, start: float, end: float) -> int:
+        return self._index(end) - self._index(start)
+
+    def rate(self, start: float, end: float) -> float:
+        return self.writes(start, end) / (end - start) if end > start else float("nan")
+
+    def spans(self, width: float) -> list[tuple[float, float]]:
+        """``[start, end)`` of each ``width`` from the start; the last may be shorter."""
+        n = max(1, math.ceil(self.seconds / width - 1e-9))
+        return [(i * width, min((i + 1) * width, self.seconds)) for i in range(n)]
+
+    def rss_at(self, at: float) -> Sample:
+        """The last sample taken at or before ``at`` (the first if none)."""
+        i = bisect.bisect_right([s.at for s in self.samples], at)
+        return self.samples[max(i - 1, 0)]
+
+    def minutes(self) -> list[Minute]:
+        rows = []
+        spans = self.spans(MINUTE)
+        for i, (start, end) in enumerate(spans):
+            latencies = self.run.write_latencies[self._index(start):self._index(end)]
+            rss = self.samples[-1] if i == len(spans) - 1 else self.rss_at(end)
+            rows.append(Minute(
+                i + 1, end - start, len(latencies), self.rate(start, end),
+                percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
+                bisect.bisect_left(self._failed, end) - bisect.bisect_left(self._failed, start),
+                rss.system / MB, rss.broker / MB))
+        return rows
+
+    def windows(self) -> list[float]:
+        """Writes/s in each 15-second window."""
+        return [self.rate(start, end) for start, end in self.spans(WINDOW)]
+
+    def warm(self) -> float:
+        """When the system counts as warm: after the first minute, or half way
+        through a shorter phase."""
+        return min(MINUTE, self.seconds / 2)
+
+
+async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concurrency: int,
+                  pid: int, progress: Callable[[str], None] = print,
+                  interval: float = 2.0) -> Soak:
+    """``concurrency`` clients of the driver's mix for ``minutes``, watching the
+    memory of the process ``pid`` and of its children."""
+    seconds = minutes * MINUTE
+    run = Run()
+    started = time.perf_counter()
+    cut_short = False
+    with RssSampler(pid, started, interval) as rss:
+        ticker = asyncio.create_task(_tick(run, rss, started, seconds, progress))
+        try:
+            await asyncio.wait_for(closed_loop(driver, pool, concurrency=concurrency,
+                                               duration=seconds, run=run), seconds + GRACE)
+        except TimeoutError:
+            cut_short = True
+        finally:
+            ticker.cancel()
+            await asyncio.gather(ticker, return_exceptions=True)
+    run.seconds = time.perf_counter() - started
+    return Soak(seconds, run, started, rss.samples, cut_short)
+
+
+async def _tick(run: Run, rss: RssSampler, started: float, seconds: float,
+                progress: Callable[[str], None]) -> None:
+    """A line of progress at the end of each full minute."""
+    minute = 1
+    while minute * MINUTE < seconds:
+        await asyncio.sleep(started + minute * MINUTE - time.perf_counter())
+        last = len(run.completed) - bisect.bisect_left(run.completed,
+                                                       started + (minute - 1) * MINUTE)
+        now = rss.samples[-1] if rss.samples else Sample(0, 0, 0)
+        progress(f"soak minute {minute}: {last / MINUTE:.0f} writes/s, system "
+                 f"{now.system / MB:.0f} MB, broker {now.broker / MB:.0f} MB")
+        minute += 1
+
+
+def figures(report: Report, soak: Soak, *, note: str) -> None:
+    rows = soak.minutes()
+    s = soak.seconds
+    first, last = soak.rate(0, min(MINUTE, s)), soak.rate(max(0.0, s - MINUTE), s)
+    errors = f"; errors {dict(soak.run.errors)}" if soak.run.errors else ""
+    cut = f"; stopped {GRACE:g} s past its end with requests unanswered" if soak.cut_short else ""
+    report.add("soak throughput, first minute", first, "writes/s", note=note + errors + cut)
+    report.add("soak throughput, last minute", last, "writes/s")
+    full = [r for r in rows if r.seconds >= MINUTE / 2] or rows
+    slowest = min(full, key=lambda r: r.writes_per_s)
+    report.add("soak throughput, minimum minute", slowest.writes_per_s, "writes/s",
+               (">=", 300), note=f"minute {slowest.minute} of {len(rows)}")
+    if s >= 10 * MINUTE:
+        span, what = 5 * MINUTE, "last 5 minutes over the first 5"
+    elif s >= 2 * MINUTE:
+        span, what = MINUTE, "last minute over the first"
+    else:
+        span, what = s / 2, f"last {s / 2:g} s over the first (a phase under 2 minutes)"
+    report.add("soak throughput, last vs first", soak.rate(s - span, s) / soak.rate(0, span),
+               "x", (">=", 0.9), note=what)
+    windows = soak.windows()
+    median = statistics.median(windows)
+    stalls = sum(1 for w in windows if w < median / 2)
+    report.add("soak stall windows", stalls, "windows",
+               note=f"of {len(windows)} {WINDOW:g}-s windows, below half their median"
+               f" ({median:.0f} writes/s); slowest {min(windows):.0f} writes/s")
+    latencies = soak.run.write_latencies
+    report.add("soak write latency p99", percentile(latencies, 99) * 1000, "ms", ("<", 250),
+               note=f"p50 {percentile(latencies, 50) * 1000:.0f} ms over {len(latencies)}"
+               " writes, closed loop")
+    warm, end = soak.rss_at(soak.warm()), soak.samples[-1]
+    since = soak.writes(warm.at, float("inf"))
+    after = "after the first minute" if soak.warm() == MINUTE else f"after {soak.warm():g} s"
+    for part in ("system", "broker"):
+        before, now = getattr(warm, part) / MB, getattr(end, part) / MB
+        what = "reports-pipeline up" if part == "system" else "its child processes (broker)"
+        report.add(f"soak {part} RSS growth per 1,000 writes",
+                   (now - before) / since * 1000 if since else float("nan"), "MB",
+                   note=f"{what} {after}: {before:.0f} -> {now:.0f} MB over {since} writes")
+        report.add(f"soak {part} RSS growth", now - before, "MB", ("<", 50), note=after)
+    report.series["soak_minutes"] = [asdict(r) for r in rows]
+    report.series["soak_windows"] = [
+        {"start_s": start, "seconds": end - start, "writes_per_s": rate}
+        for (start, end), rate in zip(soak.spans(WINDOW), windows, strict=True)]
+
+
+def table(rows: list[Minute]) -> str:
+    header = ("MINUTE", "WRITES/S", "P50 MS", "P99 MS", "ERRORS", "SYSTEM RSS MB",
+              "BROKER RSS MB")
+    lines: list[tuple[Any, ...]] = [header]
+    for r in rows:
+        minute = f"{r.minute}" if r.seconds >= MINUTE - 1e-6 else f"{r.minute} ({r.seconds:.0f} s)"
+        lines.append((minute, f"{r.writes_per_s:.0f}", f"{r.p50_ms:.0f}", f"{r.p99_ms:.0f}",
+                      str(r.errors), f"{r.system_rss_mb:.0f}", f"{r.broker_rss_mb:.0f}"))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(line, widths, strict=True)))
+                     .rstrip() for line in lines)
