@@ -297,9 +297,9 @@ class KafkaBroker:
 
     async def _format(self, libs: Path, cluster_id: str) -> None:
         proc = await asyncio.create_subprocess_exec(
-            *self._java_command(libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-                                "--config", str(self.layout.config),
-                                "--ignore-formatted"),
+            *self._java_command(libs, "kafka.tools.StorageTool", "format",
+                                f"--cluster-id={cluster_id}", "--config",
+                                str(self.layout.config), "--ignore-formatted"),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL)
         output, _ = await proc.communicate()
