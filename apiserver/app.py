@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from apiserver import analytics, discovery, openapi, patching, tables, validation, watching
+from apiserver.changelog import Cached
 from apiserver.errors import (
     ApiError,
     BadRequest,
@@ -361,7 +362,11 @@ async def _list_chunks(rtype: ResourceType, kind: str, result: ListResult
 def _event_renderer(rtype: ResourceType, kind: str) -> watching.Render:
     first = [True]
 
-    def render(etype: str, obj: JSON) -> bytes:
+    def render(etype: str, obj: JSON | Cached) -> bytes:
+        if isinstance(obj, Cached):
+            if kind not in ("table", "metadata"):  # the object as it is, not re-encoded
+                return b'{"type":"%s","object":%s}\n' % (etype.encode(), obj.raw)
+            obj = obj.head if kind == "metadata" else obj.obj
         if etype in ("ERROR", "BOOKMARK"):
             body = obj if etype == "ERROR" or kind != "metadata" else tables.partial_metadata(obj)
         else:

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
@@ -28,14 +29,42 @@ from pipeline.store import ReportStore
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A change as the cache keeps it: the object as JSON text, and its
+    metadata parsed. Thousands of parsed reports would be millions of objects
+    for the garbage collector to walk; these are a few each."""
+
+    type: str
+    resource_version: int
+    raw: bytes
+    #: ``apiVersion``, ``kind`` and ``metadata``: what selectors and
+    #: metadata-only representations read.
+    head: JSON
+
+    @classmethod
+    def of(cls, change: Change) -> Cached:
+        obj = change.obj
+        return cls(change.type, change.resource_version, orjson.dumps(obj),
+                   {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                    "metadata": obj.get("metadata") or {}})
+
+    @property
+    def obj(self) -> JSON:
+        """The whole object, parsed anew on each call."""
+        value: JSON = orjson.loads(self.raw)
+        return value
 
 
 @dataclass(frozen=True)
 class Event:
     key: Key
-    change: Change
+    change: Cached
     #: The key's previous version, when the cache still held it.
-    previous: Change | None = None
+    previous: Cached | None = None
 
 
 class Expired(Exception):
@@ -126,7 +155,7 @@ class ChangeLog:
                     continue
                 key = identity(change.obj)
                 before = self._latest.get(key)
-                event = Event(key, change, before.change if before else None)
+                event = Event(key, Cached.of(change), before.change if before else None)
                 self._append(event)
                 for sub in self._subscribers:
                     sub.offer(event)
@@ -197,11 +226,11 @@ class ChangeLog:
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
 
-    def latest(self, key: Key) -> Change | None:
+    def latest(self, key: Key) -> Cached | None:
         event = self._latest.get(key)
         return event.change if event else None
 
-    def newest(self, resource: str, namespace: str | None) -> list[tuple[Key, Change]]:
+    def newest(self, resource: str, namespace: str | None) -> list[tuple[Key, Cached]]:
         return [(k, e.change) for k, e in self._latest.items()
                 if k[0] == resource and (namespace is None or k[1] == namespace)]
 

@@ -12,11 +12,10 @@ from typing import Any
 import orjson
 
 from apiserver import paging, patching, validation
-from apiserver.changelog import ChangeLog, Expired
+from apiserver.changelog import Cached, ChangeLog, Expired
 from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, Timeout, Unavailable
 from apiserver.selectors import FieldSelector, LabelSelector
 from apiserver.writes import Writer
-from pipeline.messages import Change
 from pipeline.resources import ResourceType
 from pipeline.store import ReportStore, StoredObject, StoreError
 
@@ -53,7 +52,7 @@ class Item:
     namespace: str
     name: str
     resource_version: int
-    raw: str | None = None
+    raw: str | bytes | None = None
     obj: JSON | None = None
 
     def object(self) -> JSON:
@@ -63,7 +62,9 @@ class Item:
         return self.obj
 
     def json(self) -> bytes:
-        return self.raw.encode() if self.raw is not None else orjson.dumps(self.obj)
+        if self.raw is None:
+            return orjson.dumps(self.obj)
+        return self.raw.encode() if isinstance(self.raw, str) else self.raw
 
 
 @dataclass
@@ -123,16 +124,18 @@ class ReportService:
     async def get(self, rtype: ResourceType, namespace: str, name: str, *,
                   resource_version: str | None = None) -> JSON:
         await self._sync(resource_version, None)
-        stored = await self._guard(self._store.get(rtype.id, namespace, name))
+        # The cache holds every change after its floor: a key it holds is at
+        # its latest version there, and ClickHouse is not asked.
         change = self.changelog.latest((rtype.id, namespace, name))
-        if change is not None and (stored is None or change.resource_version >=
-                                   stored.resource_version):
-            if change.type != "DELETED":
-                return change.obj
-        elif stored is not None:
-            obj: JSON = orjson.loads(stored.raw)
-            return obj
-        raise not_found(rtype, name)
+        if change is not None:
+            if change.type == "DELETED":
+                raise not_found(rtype, name)
+            return change.obj
+        stored = await self._guard(self._store.get(rtype.id, namespace, name))
+        if stored is None:
+            raise not_found(rtype, name)
+        obj: JSON = orjson.loads(stored.raw)
+        return obj
 
     async def list_objects(self, query: ListQuery, *, limit: int = 0, continue_token: str = "",
                    resource_version: str | None = None, match: str | None = None) -> ListResult:
@@ -180,7 +183,7 @@ class ReportService:
                 params=params, after=cursor, limit=batch))
             exhausted = len(rows) < batch
             upper = None if exhausted else (rows[-1].namespace, rows[-1].name)
-            merged: dict[tuple[str, str], Item | Change] = {
+            merged: dict[tuple[str, str], Item | Cached] = {
                 (r.namespace, r.name): _stored(r) for r in rows}
             while overlay and (upper is None or overlay[0][0] <= upper):
                 key, change = overlay.popleft()
@@ -191,8 +194,8 @@ class ReportService:
                 entry = merged[key]
                 if isinstance(entry, Item):
                     yield entry
-                elif entry.type != "DELETED" and query.matches(entry.obj):
-                    yield Item(key[0], key[1], entry.resource_version, obj=entry.obj)
+                elif entry.type != "DELETED" and query.matches(entry.head):
+                    yield Item(key[0], key[1], entry.resource_version, raw=entry.raw)
             if exhausted:
                 return
             cursor = upper

@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.changelog import Event
+from apiserver.changelog import Cached, Event
 from apiserver.errors import ApiError
 from apiserver.service import ListQuery, ReportService, parse_resource_version
-from pipeline.messages import Change
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-Render = Callable[[str, JSON], bytes]
+#: Encodes one watch event: its type and object (parsed, or as the cache keeps it).
+Render = Callable[[str, "JSON | Cached"], bytes]
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
@@ -29,7 +29,7 @@ class WatchOptions:
     bookmark_interval: float = 5.0
 
 
-def transition(query: ListQuery, event: Event) -> tuple[str, JSON] | None:
+def transition(query: ListQuery, event: Event) -> tuple[str, Cached] | None:
     """The event this watcher sees for ``event``: objects moving into the
     selection are ADDED, out of it DELETED, as the kube-apiserver's cache does."""
     rtype = query.rtype
@@ -38,20 +38,20 @@ def transition(query: ListQuery, event: Event) -> tuple[str, JSON] | None:
         return None
     change = event.change
     if change.type == "DELETED":
-        return ("DELETED", change.obj) if query.matches(change.obj) else None
-    now = query.matches(change.obj)
-    prev: Change | None = event.previous
-    before = prev is not None and prev.type != "DELETED" and query.matches(prev.obj)
+        return ("DELETED", change) if query.matches(change.head) else None
+    now = query.matches(change.head)
+    prev: Cached | None = event.previous
+    before = prev is not None and prev.type != "DELETED" and query.matches(prev.head)
     if change.type == "ADDED" or prev is None or prev.type == "DELETED":
         if now:
-            return (change.type if prev is None else "ADDED", change.obj)
+            return (change.type if prev is None else "ADDED", change)
         return None
     if now and before:
-        return ("MODIFIED", change.obj)
+        return ("MODIFIED", change)
     if now:
-        return ("ADDED", change.obj)
+        return ("ADDED", change)
     if before:
-        return ("DELETED", change.obj)
+        return ("DELETED", change)
     return None
 
 
@@ -139,7 +139,7 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
 
 
 def _visible(query: ListQuery, event: Event, seen: dict[tuple[str, str], int]
-             ) -> tuple[str, JSON] | None:
+             ) -> tuple[str, Cached] | None:
     key = (event.key[1], event.key[2])
     if seen.get(key, 0) >= event.change.resource_version:
         return None
