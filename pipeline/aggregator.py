@@ -6,9 +6,10 @@ the results into public events and ClickHouse trend rows.
 Exactness: a report's contribution carries the resourceVersion it was applied
 at, so a change delivered twice, or replayed after a crash, is applied once.
 Counts are never stored on their own; they are the sum of the contributions,
-recomputed when the agent starts. When the contributions table comes back
-empty while ClickHouse holds reports (an embedded broker restarts empty), the
-table is rebuilt from ClickHouse's latest state first.
+recomputed when the agent starts. When the contributions table is empty while
+ClickHouse holds reports (its changelog topic was lost, or the pipeline is
+started on existing data), the table is rebuilt from ClickHouse's latest state
+first.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Aggregator:
 
     async def _ready(self, first_rv: int) -> None:
         """Sum the counts from the contributions table. When the table is empty
-        (a first start, or its changelog was lost with the broker), it is first
+        (a first start, or its changelog topic was lost), it is first
         filled from what ClickHouse holds of versions older than the first
         change in hand; the log supplies the rest."""
         if self._totals is not None:
@@ -111,6 +112,16 @@ class Aggregator:
                 after = (page[-1][0].namespace, page[-1][0].name)
         if count:
             log.info("rebuilt %d report contributions from ClickHouse", count)
+
+    async def refresh(self) -> None:
+        """Publish every current count again, so the summaries topic, whose
+        records are deleted after its retention, always holds them."""
+        if self._totals is None:
+            return
+        per_policy = aggregate.by_policy(self._totals)
+        await self._emit_counts(per_policy.keys(), per_policy, await self._store.watermark(),
+                                datetime.now(UTC))
+        await self._delivered()
 
     async def process(self, batch: Iterable[tuple[Change, float]]) -> None:
         """Apply a batch of (change, commit timestamp) in log order."""

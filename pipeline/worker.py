@@ -26,6 +26,9 @@ from pipeline.settings import Settings
 from pipeline.store import ReportStore
 
 log = logging.getLogger(__name__)
+#: Every current count is published again this often (the summaries topic
+#: deletes records older than its retention, days at least).
+SUMMARIES_REFRESH_SECONDS = 24 * 3600.0
 
 
 def build_committer(settings: Settings, store: ReportStore, *, bootstrap: str) -> Committer:
@@ -87,6 +90,10 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                 if change is not None:
                     batch.append((change, float(e.message.timestamp)))
             await aggregator.process(batch)
+
+    @app.timer(interval=SUMMARIES_REFRESH_SECONDS)
+    async def refresh_summaries() -> None:
+        await aggregator.refresh()
 
     @app.agent(changes, name="materialize")
     async def materialize(stream: Any) -> None:

@@ -6,7 +6,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end -}}
 {{- define "rp.env" -}}
 - name: KAFKA_BOOTSTRAP
-  value: {{ .Values.kafka.bootstrap | quote }}
+  value: {{ include "rp.kafkaBootstrap" . | quote }}
 {{- if .Values.clickhouse.existingSecret }}
 - name: CLICKHOUSE_URL
   valueFrom:
@@ -21,4 +21,12 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
   value: {{ .Values.topicPrefix | quote }}
 - name: REPORTS_CLUSTER
   value: {{ .Values.cluster | quote }}
+{{- end -}}
+
+{{- define "rp.kafkaBootstrap" -}}
+{{- if .Values.kafka.deploy -}}
+{{ include "rp.name" . }}-kafka-0.{{ include "rp.name" . }}-kafka.{{ .Release.Namespace }}.svc:9092
+{{- else -}}
+{{ .Values.kafka.bootstrap }}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,26 @@
+"""Every topic has a policy that fits its role, derived from the settings."""
+
+from __future__ import annotations
+
+from pipeline.settings import Settings
+from pipeline.topics import HOUR_MS, specs
+
+
+def test_each_topic_has_a_policy_for_its_role() -> None:
+    settings = Settings.from_env({}, topic_prefix="p", requests_retention_minutes=30,
+                                 changes_retention_hours=48, changes_retention_bytes=10**9)
+    by_name = {t.name: t.config for t in specs(settings)}
+    assert set(by_name) == {"p.requests", "p.replies", "p.changes", "p.result-events",
+                            "p.summaries"}
+    for name in ("p.requests", "p.replies"):
+        assert by_name[name]["cleanup.policy"] == "delete"
+        assert by_name[name]["retention.ms"] == str(HOUR_MS // 2)
+        # retention removes whole segments: they roll at least as often
+        assert int(by_name[name]["segment.ms"]) <= HOUR_MS // 2
+    changes = by_name["p.changes"]
+    assert changes["cleanup.policy"] == "delete"
+    assert changes["retention.ms"] == str(48 * HOUR_MS)
+    assert changes["retention.bytes"] == str(10**9)
+    assert by_name["p.summaries"]["cleanup.policy"] == "compact,delete"
+    assert by_name["p.result-events"]["cleanup.policy"] == "delete"
+    assert all(int(c["max.message.bytes"]) >= 3 * 1024 * 1024 for c in by_name.values())
