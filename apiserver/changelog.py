@@ -46,9 +46,11 @@ class Cached:
     head: JSON
 
     @classmethod
-    def of(cls, change: Change) -> Cached:
+    def of(cls, change: Change, record: bytes | None = None) -> Cached:
+        """``record``: the change as the log holds it, whose object is reused."""
         obj = change.obj
-        return cls(change.type, change.resource_version, orjson.dumps(obj),
+        raw = Change.object_json(record) if record is not None else None
+        return cls(change.type, change.resource_version, raw or orjson.dumps(obj),
                    {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                     "metadata": obj.get("metadata") or {}})
 
@@ -155,7 +157,8 @@ class ChangeLog:
                     continue
                 key = identity(change.obj)
                 before = self._latest.get(key)
-                event = Event(key, Cached.of(change), before.change if before else None)
+                event = Event(key, Cached.of(change, record.value),
+                              before.change if before else None)
                 self._append(event)
                 for sub in self._subscribers:
                     sub.offer(event)

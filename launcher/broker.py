@@ -15,6 +15,7 @@ import base64
 import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import json
 import logging
 import os
@@ -104,6 +105,16 @@ async def ensure_jars(cache: Path, *, progress: Callable[[str], None]) -> Path:
     libs = cache / f"kafka-{version}" / "libs"
     if (libs / f"kafka_2.13-{version}.jar").exists():
         return libs
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    with open(libs.parent / "fetch.lock", "a") as lock:  # one fetch at a time
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        if (libs / f"kafka_2.13-{version}.jar").exists():
+            return libs
+        await _fetch(libs, version, progress)
+    return libs
+
+
+async def _fetch(libs: Path, version: str, progress: Callable[[str], None]) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise BrokerError(f"Apache Kafka {version} is not in {libs.parent} yet and Maven (mvn)"
@@ -136,7 +147,6 @@ async def ensure_jars(cache: Path, *, progress: Callable[[str], None]) -> Path:
     shutil.rmtree(libs, ignore_errors=True)
     partial.rename(libs)
     progress(f"Apache Kafka {version} is cached in {libs.parent}")
-    return libs
 
 
 @dataclass(frozen=True)
@@ -367,6 +377,10 @@ async def _answers(bootstrap: str) -> bool:
     try:
         await admin.start()
         await admin.describe_cluster()
+        # Groups and transactions need their coordinators (and their topics,
+        # made on first use): clients would log errors while they load.
+        await admin.find_coordinator("reports-pipeline", 0)
+        await admin.find_coordinator("reports-pipeline", 1)
         return True
     except (KafkaError, OSError):
         return False

@@ -105,6 +105,16 @@ class Change:
     def encode(self) -> bytes:
         return orjson.dumps({"type": self.type, "object": self.obj})
 
+    @staticmethod
+    def object_json(raw: bytes) -> bytes | None:
+        """The object's JSON inside an encoded change (what ``encode`` wrote),
+        without parsing it; None for any other layout."""
+        for etype in (b"ADDED", b"MODIFIED", b"DELETED"):
+            head = b'{"type":"%s","object":' % etype
+            if raw.startswith(head) and raw.endswith(b"}"):
+                return raw[len(head):-1]
+        return None
+
     @classmethod
     def decode(cls, raw: bytes, request_id: str = "") -> Change:
         v = _loads(raw)

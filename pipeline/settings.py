@@ -32,8 +32,9 @@ class Settings:
     write_timeout: float = 10.0
     """REPORTS_WRITE_TIMEOUT: seconds a write waits for the committer's answer."""
 
-    watch_cache_size: int = 20000
-    """REPORTS_WATCH_CACHE_SIZE: change-log events each frontend keeps in memory."""
+    watch_cache_size: int = 10000
+    """REPORTS_WATCH_CACHE_SIZE: change-log events each frontend keeps in memory
+    (about 7 KB each for a Kyverno report): the history a watch can resume from."""
 
     max_body_bytes: int = 3 * 1024 * 1024
     """REPORTS_MAX_BODY_BYTES: largest request body accepted (413 beyond)."""
@@ -74,7 +75,7 @@ class Settings:
     ``<prefix>-committer``). Every worker of one deployment uses the same, so a
     new committer fences the one it replaces."""
 
-    committer_cache_keys: int = 5000
+    committer_cache_keys: int = 2000
     """REPORTS_COMMITTER_CACHE_KEYS: objects whose latest version the committer
     keeps in memory beyond those ClickHouse does not hold yet."""
 

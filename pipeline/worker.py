@@ -1,8 +1,9 @@
 """The Faust application: the agents that follow the change log.
 
-- ``materialize`` writes every change to ClickHouse;
-- ``aggregate`` keeps exact counts per namespace and policy and windows of
-  activity, published to the public topics and ClickHouse's trend tables.
+- ``follow`` reads each batch of changes once and both materializes it (every
+  change to ClickHouse) and aggregates it (exact counts per namespace and
+  policy and windows of activity, published to the public topics and
+  ClickHouse's trend tables).
 
 The committer (``pipeline.committing``) runs beside them in the same worker
 process: it needs a Kafka transaction per batch, which Faust's agents do not
@@ -11,6 +12,7 @@ give.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from pathlib import Path
@@ -80,8 +82,14 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                             cluster=settings.cluster, window_seconds=settings.window_seconds)
     app.aggregator = aggregator  # type: ignore[attr-defined]
 
-    @app.agent(changes, name="aggregate")
-    async def aggregate_changes(stream: Any) -> None:
+    @app.timer(interval=SUMMARIES_REFRESH_SECONDS)
+    async def refresh_summaries() -> None:
+        await aggregator.refresh()
+
+    @app.agent(changes, name="follow")
+    async def follow(stream: Any) -> None:
+        """Each batch of changes, decoded once, is materialized in ClickHouse and
+        aggregated side by side."""
         async for events in stream.take_events(settings.materialize_batch,
                                                within=settings.materialize_interval):
             batch = []
@@ -89,21 +97,12 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                 change = kafka.change_from_record(e.message)
                 if change is not None:
                     batch.append((change, float(e.message.timestamp)))
-            await aggregator.process(batch)
-
-    @app.timer(interval=SUMMARIES_REFRESH_SECONDS)
-    async def refresh_summaries() -> None:
-        await aggregator.refresh()
-
-    @app.agent(changes, name="materialize")
-    async def materialize(stream: Any) -> None:
-        async for events in stream.take_events(settings.materialize_batch,
-                                               within=settings.materialize_interval):
-            decoded = [kafka.change_from_record(e.message) for e in events]
-            batch = [c for c in decoded if c is not None]
-            if batch:
-                last = events[-1].message
-                await store.write_changes(batch, topic=last.topic, partition=last.partition,
-                                          offset=last.offset)
+            if not batch:
+                continue
+            last = events[-1].message
+            await asyncio.gather(
+                store.write_changes([c for c, _ in batch], topic=last.topic,
+                                    partition=last.partition, offset=last.offset),
+                aggregator.process(batch))
     return app
 

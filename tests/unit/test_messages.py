@@ -32,3 +32,15 @@ def test_reply_round_trip(rid: str, rv: int, status: dict | None) -> None:
 def test_change_round_trip(etype: str, rv: int) -> None:
     c = Change(etype, {"metadata": {"resourceVersion": str(rv)}}, rv, "req")  # type: ignore[arg-type]
     assert Change.decode(c.encode(), "req") == c
+
+
+def test_the_object_of_an_encoded_change_is_found_without_parsing() -> None:
+    import orjson
+
+    from pipeline.messages import Change
+    for etype in ("ADDED", "MODIFIED", "DELETED"):
+        obj = {"metadata": {"name": "x", "resourceVersion": "7"}, "results": [{"a": "}"}]}
+        raw = Change(etype, obj, 7).encode()  # type: ignore[arg-type]
+        inner = Change.object_json(raw)
+        assert inner is not None and orjson.loads(inner) == obj
+    assert Change.object_json(b'{"object":{},"type":"ADDED"}') is None
