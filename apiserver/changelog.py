@@ -96,6 +96,10 @@ class ChangeLog:
         self._bootstrap = bootstrap
         self._tp = TopicPartition(settings.changes_topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
+        #: Asks for the log's end on a connection of its own: the broker
+        #: answers a connection's requests in order, so behind the tail's
+        #: pending fetch it would wait as long as that fetch.
+        self._offsets: AIOKafkaConsumer | None = None
         self._events: deque[Event] = deque()
         self._latest: dict[Key, Event] = {}
         self._position = 0  # next offset to read
@@ -112,14 +116,15 @@ class ChangeLog:
         return self._rv
 
     async def start(self) -> None:
+        self._offsets = kafka.consumer(self._bootstrap)
+        await self._offsets.start()
         self._consumer = kafka.consumer(self._bootstrap,
                                         max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES)
         await self._consumer.start()
-        self._consumer.assign([self._tp])
         progress = await self._store.progress(self._settings.changes_topic)
         self._watermark = await self._store.watermark()
         self._rv = self._watermark
-        start = await kafka.start_offset(self._consumer, self._tp, progress)
+        start, _ = await kafka.start_offset(self._consumer, self._tp, progress)
         if progress is not None and start == progress.offset + 1:
             self._floor = progress.resource_version
         self._history = max(self._floor, self._watermark)
@@ -136,6 +141,8 @@ class ChangeLog:
                 pass
         if self._consumer is not None:
             await self._consumer.stop()
+        if self._offsets is not None:
+            await self._offsets.stop()
 
     async def _run(self) -> None:
         assert self._consumer is not None
@@ -190,9 +197,9 @@ class ChangeLog:
     async def sync(self) -> None:
         """Wait until every change committed before this call has been read, and
         ClickHouse holds everything older than the cache."""
-        assert self._consumer is not None
+        assert self._offsets is not None
         try:
-            end = (await self._consumer.end_offsets([self._tp]))[self._tp]
+            end = (await self._offsets.end_offsets([self._tp]))[self._tp]
         except KafkaError as err:
             raise Unavailable("Kafka is unavailable", retry_after=1) from err
         try:

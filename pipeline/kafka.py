@@ -33,6 +33,8 @@ MAX_REQUEST_BYTES = MAX_MESSAGE_BYTES
 #: Consumers see only committed transactions: the committer publishes every
 #: change in a transaction, and a fenced committer's are aborted.
 ISOLATION = "read_committed"
+#: How long the broker holds a fetch that finds no records.
+IDLE_FETCH_WAIT_MS = 5000
 
 
 class ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -59,7 +61,10 @@ TRANSPORTS.aliases[TRANSPORT_SCHEME] = f"{__name__}:Transport"
 
 
 def consumer(bootstrap: str, **options: Any) -> AIOKafkaConsumer:
-    """A consumer of the pipeline's topics (committed records only)."""
+    """A consumer of the pipeline's topics (committed records only). A fetch
+    is answered as soon as records arrive; the long wait only spares an idle
+    system's broker."""
+    options = {"fetch_max_wait_ms": IDLE_FETCH_WAIT_MS, **options}
     return AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                             isolation_level=ISOLATION, **options)
 
@@ -135,40 +140,44 @@ def change_from_record(record: Any) -> Change | None:
         return None
 
 
-async def start_offset(consumer: AIOKafkaConsumer, tp: TopicPartition,
-                       progress: Progress | None) -> int:
-    """First offset of ``tp`` not yet materialized in ClickHouse.
+async def start_offset(reader: AIOKafkaConsumer, tp: TopicPartition,
+                       progress: Progress | None) -> tuple[int, int]:
+    """First offset of ``tp`` not yet materialized in ClickHouse, and the
+    log's end; ``reader`` is left assigned to ``tp`` only.
 
     ``progress`` names the last materialized record. When the log no longer
     holds it, either retention removed it (everything left is newer, and any
     change removed before it was materialized is lost: the log must outlast
     materializer outages) or the topic was recreated; reading starts at the
-    log's beginning.
+    log's beginning. Offsets are asked for before ``reader`` is assigned: an
+    assigned consumer has a fetch pending, and the broker answers a
+    connection's requests in order.
     """
-    begin = (await consumer.beginning_offsets([tp]))[tp]
-    end = (await consumer.end_offsets([tp]))[tp]
+    begin = (await reader.beginning_offsets([tp]))[tp]
+    end = (await reader.end_offsets([tp]))[tp]
+    reader.assign([tp])
     if progress is None:
-        return begin
+        return begin, end
     if progress.offset < begin:
         log.error("the change log starts at offset %d, after the last materialized change"
                   " (%d): changes in between were removed before ClickHouse held them",
                   begin, progress.offset)
-        return begin
+        return begin, end
     if progress.offset >= end:
         log.error("the change log ends at offset %d, before the last materialized change"
                   " (%d): was the topic recreated?", end, progress.offset)
-        return begin
-    consumer.seek(tp, progress.offset)
-    batch = await consumer.getmany(tp, timeout_ms=5000, max_records=1)
+        return begin, end
+    reader.seek(tp, progress.offset)
+    batch = await reader.getmany(tp, timeout_ms=5000, max_records=1)
     records = batch.get(tp) or []
     if records and records[0].offset == progress.offset:
         change = change_from_record(records[0])
         if change is not None and change.resource_version == progress.resource_version:
-            return progress.offset + 1
+            return progress.offset + 1, end
     log.error("the change log's record at offset %d is not the last materialized change"
               " (resourceVersion %d): was the topic recreated?", progress.offset,
               progress.resource_version)
-    return begin
+    return begin, end
 
 
 async def read_tail(settings: Settings, bootstrap: str, progress: Progress | None) -> list[Change]:
@@ -177,9 +186,7 @@ async def read_tail(settings: Settings, bootstrap: str, progress: Progress | Non
     await reader.start()
     try:
         tp = TopicPartition(settings.changes_topic, 0)
-        reader.assign([tp])
-        offset = await start_offset(reader, tp, progress)
-        end = (await reader.end_offsets([tp]))[tp]
+        offset, end = await start_offset(reader, tp, progress)
         reader.seek(tp, offset)
         out: list[Change] = []
         while await reader.position(tp) < end:
