@@ -1,6 +1,7 @@
 """The ``reports-pipeline`` command.
 
-  up      the whole system on one machine (embedded broker and chDB by default)
+  up      the whole system on one machine (a single-node Apache Kafka and chDB
+          by default)
   worker  only the Faust agents (production: scaled on their own)
   serve   only the frontend (production: behind the kube-apiserver aggregator)
   trends  fail counts per namespace and policy over time, as a table and a chart

@@ -61,7 +61,7 @@ def test_kubectl_walkthrough_and_restart(up) -> None:  # type: ignore[no-untyped
 
     db_before = k.yaml("get", "polr", "db", "-n", "team-b")
     children = [c.pid for c in psutil.Process(first.proc.pid).children(recursive=True)]
-    assert children, "the embedded broker runs as a child process"
+    assert children, "the Kafka broker runs as a child process"
     assert first.stop() == 0
     assert not [pid for pid in children if psutil.pid_exists(pid) and
                 psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]

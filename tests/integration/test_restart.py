@@ -1,5 +1,5 @@
 """State and the resourceVersion sequence survive a full restart, including the
-embedded broker coming back empty."""
+change log, ClickHouse and the Faust tables all coming back."""
 
 from __future__ import annotations
 
