@@ -107,6 +107,7 @@ class ChangeLog:
         self._floor = 0  # every change at or below this is in ClickHouse
         self._history = 0  # the cache holds every change after this
         self._watermark = 0  # last known ClickHouse watermark
+        self._refreshing: asyncio.Future[int] | None = None
         self._advanced = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._subscribers: set[Subscription] = set()
@@ -194,9 +195,9 @@ class ChangeLog:
         except TimeoutError as err:
             raise Unavailable("the change log is behind; retry", retry_after=1) from err
 
-    async def sync(self) -> None:
-        """Wait until every change committed before this call has been read, and
-        ClickHouse holds everything older than the cache."""
+    async def sync(self, *, settle: bool = True) -> None:
+        """Wait until every change committed before this call has been read,
+        and (``settle``) ClickHouse holds everything older than the cache."""
         assert self._offsets is not None
         try:
             end = (await self._offsets.end_offsets([self._tp]))[self._tp]
@@ -208,7 +209,8 @@ class ChangeLog:
                     await self._advanced.wait_for(lambda: self._position >= end)
         except TimeoutError as err:
             raise Unavailable("the change log is behind; retry", retry_after=1) from err
-        await self.settled()
+        if settle:
+            await self.settled()
 
     async def settled(self) -> None:
         """Wait until ClickHouse holds every change older than the cache, so
@@ -216,11 +218,40 @@ class ChangeLog:
         try:
             async with asyncio.timeout(self._settings.write_timeout):
                 while self._watermark < self._floor:
-                    self._watermark = await self._store.watermark()
+                    await self._refresh_watermark()
                     if self._watermark < self._floor:
-                        await asyncio.sleep(0.02)
+                        await asyncio.sleep(0.05)
         except TimeoutError as err:
             raise Unavailable("the materializer is behind; retry", retry_after=1) from err
+
+    async def admit(self) -> None:
+        """Backpressure for writes: wait while ClickHouse lags the log by more
+        than half the cache. Beyond the cache, reads would have to wait for the
+        materializer; this way writes queue instead, and reads keep working."""
+        limit = max(self._settings.watch_cache_size // 2, 1)
+        if self._rv - self._watermark <= limit:
+            return
+        try:
+            async with asyncio.timeout(self._settings.write_timeout):
+                while True:
+                    await self._refresh_watermark()
+                    if self._rv - self._watermark <= limit:
+                        return
+                    await asyncio.sleep(0.05)
+        except TimeoutError as err:
+            raise Unavailable("the materializer is behind; retry the write",
+                              retry_after=1) from err
+
+    async def _refresh_watermark(self) -> None:
+        """One query for every reader waiting at the same moment."""
+        if self._refreshing is None:
+            self._refreshing = asyncio.ensure_future(self._store.watermark())
+        refreshing = self._refreshing
+        try:
+            self._watermark = max(self._watermark, await asyncio.shield(refreshing))
+        finally:
+            if self._refreshing is refreshing and refreshing.done():
+                self._refreshing = None
 
     def subscribe(self, since: int, *, limit: int = 10000) -> tuple[list[Event], Subscription]:
         """Events after resourceVersion ``since`` from the cache, and a

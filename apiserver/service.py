@@ -86,7 +86,8 @@ class ReportService:
         self._writer = writer
 
     # -- reads ------------------------------------------------------------
-    async def _sync(self, resource_version: str | None, match: str | None) -> int:
+    async def _sync(self, resource_version: str | None, match: str | None, *,
+                    settle: bool = True) -> int:
         """Bring the cache to the freshness a read asks for; returns the
         resourceVersion the read is served at."""
         if match not in (None, "", "NotOlderThan", "Exact"):
@@ -96,7 +97,7 @@ class ReportService:
             raise BadRequest("resourceVersionMatch is forbidden unless resourceVersion is"
                              " provided")
         if not resource_version:
-            await self.changelog.sync()
+            await self.changelog.sync(settle=settle)
             return self.changelog.resource_version
         wanted = parse_resource_version(resource_version)
         if match == "Exact" and wanted == 0:
@@ -108,7 +109,8 @@ class ReportService:
             except Unavailable as err:
                 raise Timeout(f"Too large resource version: {wanted}, current:"
                               f" {self.changelog.resource_version}", retry_after=1) from err
-        await self.changelog.settled()
+        if settle:
+            await self.changelog.settled()
         current = self.changelog.resource_version
         if match == "Exact" and wanted != current:
             raise Gone(f"resourceVersion {wanted} is not the current one ({current}); only the"
@@ -123,7 +125,7 @@ class ReportService:
 
     async def get(self, rtype: ResourceType, namespace: str, name: str, *,
                   resource_version: str | None = None) -> JSON:
-        await self._sync(resource_version, None)
+        await self._sync(resource_version, None, settle=False)
         # The cache holds every change after its floor: a key it holds is at
         # its latest version there, and ClickHouse is not asked.
         change = self.changelog.latest((rtype.id, namespace, name))
@@ -131,6 +133,7 @@ class ReportService:
             if change.type == "DELETED":
                 raise not_found(rtype, name)
             return change.obj
+        await self.changelog.settled()
         stored = await self._guard(self._store.get(rtype.id, namespace, name))
         if stored is None:
             raise not_found(rtype, name)
@@ -202,6 +205,7 @@ class ReportService:
 
     # -- writes -----------------------------------------------------------
     async def _write(self, *, dry_run: bool = False, **kwargs: Any) -> JSON:
+        await self.changelog.admit()
         reply = await self._writer.submit(now=now_rfc3339(), dry_run=dry_run, **kwargs)
         if not dry_run:
             await self.changelog.wait_for(reply.resource_version)

@@ -10,6 +10,7 @@ of the write traffic) is decided without asking ClickHouse anything.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from pipeline import objects
@@ -36,6 +37,7 @@ class Committer:
         self._next_rv = 0
         self._max_keys = max_keys
         self._ready = False
+        self._trimmed = 0.0
 
     @property
     def next_resource_version(self) -> int:
@@ -44,6 +46,7 @@ class Committer:
     def invalidate(self) -> None:
         """Forget everything: another owner may have written meanwhile."""
         self._ready = False
+        self._trimmed = 0.0
 
     async def recover(self) -> None:
         watermark = await self._store.watermark()
@@ -85,8 +88,13 @@ class Committer:
 
     async def trim(self) -> None:
         """Drop state ClickHouse already holds, once there is much of it: what
-        stays is bounded by ``max_keys`` plus the materializer's lag."""
+        stays is bounded by ``max_keys`` plus the materializer's lag. At most
+        once a second: while the materializer lags, every batch would ask."""
         if len(self._state) <= self._max_keys:
             return
+        now = time.monotonic()
+        if now - self._trimmed < 1.0:
+            return
+        self._trimmed = now
         watermark = await self._store.watermark()
         self._state = {k: v for k, v in self._state.items() if v.resource_version > watermark}

@@ -296,8 +296,10 @@ class ReportStore:
         to it is in ClickHouse. Read from the materializer's progress (one row
         per partition), not from the reports, whose size grows."""
         def query(client: Client) -> int:
+            # Versions only grow: the largest of every row is the latest one,
+            # with no FINAL (which merges every part at query time).
             return int(client.query(
-                "SELECT max(resource_version) FROM changes_progress FINAL"
+                "SELECT max(resource_version) FROM changes_progress"
                 " WHERE topic = {t:String}",
                 parameters={"t": self._settings.changes_topic}).result_rows[0][0])
         return await self.run(query)
