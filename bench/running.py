@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from pipeline.processes import die_with_parent
+
 
 class SystemFailed(RuntimeError):
     pass
@@ -40,7 +42,7 @@ class RunningSystem:
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "launcher.cli", "up", "--data-dir", str(self.data_dir),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env={**inherited, **self._env})
+            env={**inherited, **self._env}, preexec_fn=die_with_parent())
         ready = asyncio.get_running_loop().create_future()
         self._pump = asyncio.create_task(self._read(ready))
         try:

@@ -13,17 +13,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import ctypes
-import ctypes.util
 import fcntl
 import json
 import logging
 import os
 import re
 import shutil
-import signal
 import socket
-import sys
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -33,6 +29,8 @@ from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
+
+from pipeline.processes import die_with_parent
 
 log = logging.getLogger(__name__)
 POM = "kafka-broker.pom.xml"
@@ -56,23 +54,6 @@ def kafka_version() -> str:
 def default_cache() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "reports-pipeline"
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A pre-exec hook asking Linux to send the child SIGTERM when its parent
-    dies, so a killed ``reports-pipeline up`` does not leave its broker behind.
-    libc is resolved here, in the parent; the child only makes the call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
-    pr_set_pdeathsig = 1
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os._exit(1)
-    return hook
 
 
 def free_port() -> int:
@@ -299,7 +280,7 @@ class KafkaBroker:
             self._proc = await asyncio.create_subprocess_exec(
                 *self._java_command(libs, "kafka.Kafka", str(layout.config)),
                 stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL,
-                preexec_fn=_die_with_parent(), start_new_session=False)
+                preexec_fn=die_with_parent(), start_new_session=False)
         finally:
             out.close()
         try:
