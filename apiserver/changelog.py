@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,32 +216,28 @@ class ChangeLog:
     async def settled(self) -> None:
         """Wait until ClickHouse holds every change older than the cache, so
         ClickHouse overlaid with the cache is the whole state."""
-        try:
-            async with asyncio.timeout(self._settings.write_timeout):
-                while self._watermark < self._floor:
-                    await self._refresh_watermark()
-                    if self._watermark < self._floor:
-                        await asyncio.sleep(0.05)
-        except TimeoutError as err:
-            raise Unavailable("the materializer is behind; retry", retry_after=1) from err
+        await self._materialized(lambda: self._watermark >= self._floor,
+                                 "the materializer is behind; retry")
 
     async def admit(self) -> None:
         """Backpressure for writes: wait while ClickHouse lags the log by more
         than half the cache. Beyond the cache, reads would have to wait for the
         materializer; this way writes queue instead, and reads keep working."""
         limit = max(self._settings.watch_cache_size // 2, 1)
-        if self._rv - self._watermark <= limit:
-            return
+        await self._materialized(lambda: self._rv - self._watermark <= limit,
+                                 "the materializer is behind; retry the write")
+
+    async def _materialized(self, done: Callable[[], bool], message: str) -> None:
+        """Until ``done`` holds of the ClickHouse watermark, asking for it again
+        while it does not; Unavailable after the write timeout."""
         try:
             async with asyncio.timeout(self._settings.write_timeout):
-                while True:
+                while not done():
                     await self._refresh_watermark()
-                    if self._rv - self._watermark <= limit:
-                        return
-                    await asyncio.sleep(0.05)
+                    if not done():
+                        await asyncio.sleep(0.05)
         except TimeoutError as err:
-            raise Unavailable("the materializer is behind; retry the write",
-                              retry_after=1) from err
+            raise Unavailable(message, retry_after=1) from err
 
     async def _refresh_watermark(self) -> None:
         """One query for every reader waiting at the same moment."""

@@ -31,11 +31,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from pipeline.processes import die_with_parent
+from pipeline.topics import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 POM = "kafka-broker.pom.xml"
-#: Largest record batch the broker accepts (a report may be several MiB).
-MESSAGE_MAX_BYTES = 16 * 1024 * 1024
 
 
 class BrokerError(RuntimeError):
@@ -84,12 +83,13 @@ async def ensure_jars(cache: Path, *, progress: Callable[[str], None]) -> Path:
     """The directory of the pinned Kafka's jars, fetched with Maven when missing."""
     version = kafka_version()
     libs = cache / f"kafka-{version}" / "libs"
-    if (libs / f"kafka_2.13-{version}.jar").exists():
+    fetched = libs / f"kafka_2.13-{version}.jar"
+    if fetched.exists():
         return libs
     libs.parent.mkdir(parents=True, exist_ok=True)
     with open(libs.parent / "fetch.lock", "a") as lock:  # one fetch at a time
         await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
-        if (libs / f"kafka_2.13-{version}.jar").exists():
+        if fetched.exists():
             return libs
         await _fetch(libs, version, progress)
     return libs
@@ -185,8 +185,8 @@ def server_properties(*, port: int, controller_port: int, logs: Path) -> str:
         "group.initial.rebalance.delay.ms": "0",
         # Every topic is created by the system, with its own policy.
         "auto.create.topics.enable": "false",
-        "message.max.bytes": str(MESSAGE_MAX_BYTES),
-        "replica.fetch.max.bytes": str(MESSAGE_MAX_BYTES),
+        "message.max.bytes": str(MAX_MESSAGE_BYTES),
+        "replica.fetch.max.bytes": str(MAX_MESSAGE_BYTES),
         "num.network.threads": "2",
         "num.io.threads": "4",
         "background.threads": "4",
@@ -280,7 +280,7 @@ class KafkaBroker:
             self._proc = await asyncio.create_subprocess_exec(
                 *self._java_command(libs, "kafka.Kafka", str(layout.config)),
                 stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL,
-                preexec_fn=die_with_parent(), start_new_session=False)
+                preexec_fn=die_with_parent())
         finally:
             out.close()
         try:

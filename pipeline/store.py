@@ -293,8 +293,8 @@ class ReportStore:
 
     async def watermark(self) -> int:
         """Highest resourceVersion materialized (0 when empty): every change up
-        to it is in ClickHouse. Read from the materializer's progress (one row
-        per partition), not from the reports, whose size grows."""
+        to it is in ClickHouse. Read from the materializer's progress (a row
+        per batch until merged), not from the reports, whose size grows."""
         def query(client: Client) -> int:
             # Versions only grow: the largest of every row is the latest one,
             # with no FINAL (which merges every part at query time).
