@@ -121,17 +121,23 @@ class Soak:
         n = max(1, math.ceil(self.seconds / width - 1e-9))
         return [(i * width, min((i + 1) * width, self.seconds)) for i in range(n)]
 
-    def rss_at(self, at: float) -> Sample:
-        """The last sample taken at or before ``at`` (the first if none)."""
-        i = bisect.bisect_right([s.at for s in self.samples], at)
-        return self.samples[max(i - 1, 0)]
+    def rss_between(self, start: float, end: float) -> Sample:
+        """The median of the samples taken in ``[start, end]`` (the nearest
+        sample before ``start`` if none): one sample alone swings by the pages
+        an allocator has freed but not yet returned."""
+        inside = [s for s in self.samples if start <= s.at <= end]
+        if not inside:
+            i = bisect.bisect_right([s.at for s in self.samples], start)
+            return self.samples[max(i - 1, 0)]
+        return Sample(end, int(statistics.median(s.system for s in inside)),
+                      int(statistics.median(s.broker for s in inside)))
 
     def minutes(self) -> list[Minute]:
         rows = []
         spans = self.spans(MINUTE)
         for i, (start, end) in enumerate(spans):
             latencies = self.run.write_latencies[self._index(start):self._index(end)]
-            rss = self.samples[-1] if i == len(spans) - 1 else self.rss_at(end)
+            rss = self.rss_between(start, end)
             rows.append(Minute(
                 i + 1, end - start, len(latencies), self.rate(start, end),
                 percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
@@ -216,9 +222,13 @@ def figures(report: Report, soak: Soak, *, note: str) -> None:
     report.add("soak write latency p99", percentile(latencies, 99) * 1000, "ms", ("<", 250),
                note=f"p50 {percentile(latencies, 50) * 1000:.0f} ms over {len(latencies)}"
                " writes, closed loop")
-    warm, end = soak.rss_at(soak.warm()), soak.samples[-1]
-    since = soak.writes(warm.at, float("inf"))
-    after = "after the first minute" if soak.warm() == MINUTE else f"after {soak.warm():g} s"
+    # medians of the minute after warm-up and of the last minute
+    width = min(MINUTE, soak.seconds - soak.warm())
+    warm = soak.rss_between(soak.warm(), soak.warm() + width)
+    end = soak.rss_between(soak.seconds - width, soak.seconds)
+    since = soak.writes(soak.warm(), float("inf"))
+    after = ("after the first minute" if soak.warm() == MINUTE else f"after {soak.warm():g} s"
+             ) + f", medians of {width:g}-s spans"
     for part in ("system", "broker"):
         before, now = getattr(warm, part) / MB, getattr(end, part) / MB
         what = "reports-pipeline up" if part == "system" else "its child processes (broker)"

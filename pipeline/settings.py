@@ -87,6 +87,13 @@ class Settings:
     kafka_heap: str = "512m"
     """REPORTS_KAFKA_HEAP: Java heap of the embedded Kafka broker."""
 
+    chdb_cache_mb: int = 256
+    """REPORTS_CHDB_CACHE_MB: memory the embedded ClickHouse (chDB) may keep in
+    its caches (marks, primary indexes, compiled expressions, query conditions),
+    split between them. ClickHouse's own defaults are sized for a server of its
+    own (5 GiB for the mark cache alone), not for a process shared with the
+    frontend and the worker."""
+
     kafka_cache: str = ""
     """REPORTS_KAFKA_CACHE: where the embedded Kafka's jars are cached (default
     ``~/.cache/reports-pipeline``)."""

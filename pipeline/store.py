@@ -147,6 +147,24 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
+#: how the embedded ClickHouse's cache budget is split (server settings,
+#: passed to chDB as start-up options); each share in parts of the budget
+CHDB_CACHE_SHARES = {
+    "mark_cache_size": 0.4,
+    "primary_index_cache_size": 0.2,
+    "index_mark_cache_size": 0.1,
+    "compiled_expression_cache_size": 0.1,
+    "query_condition_cache_size": 0.1,
+    "uncompressed_cache_size": 0.1,
+}
+
+
+def chdb_caches(megabytes: int) -> dict[str, str]:
+    """chDB start-up options bounding ClickHouse's caches to ``megabytes``."""
+    budget = max(megabytes, 16) * 1024 * 1024
+    return {name: str(int(budget * share)) for name, share in CHDB_CACHE_SHARES.items()}
+
+
 class ReportStore:
     """ClickHouse tables of the project, reached from a pool of threads."""
 
@@ -170,8 +188,9 @@ class ReportStore:
                 raise StoreError("embedded ClickHouse needs a data directory")
             path = self._data_dir / "clickhouse"
             path.mkdir(parents=True, exist_ok=True)
-            client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}",
-                                                   database=database, settings=settings)
+            client = clickhouse_connect.get_client(
+                dsn=f"chdb://{path.resolve()}", database=database, settings=settings,
+                chdb_options=chdb_caches(self._settings.chdb_cache_mb))
         with self._lock:
             self._clients.append(client)
         return client
