@@ -30,3 +30,8 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{ .Values.kafka.bootstrap }}
 {{- end -}}
 {{- end -}}
+
+{{/* The image: repository and tag (the chart's appVersion unless set). */}}
+{{- define "rp.image" -}}
+{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) | quote }}
+{{- end }}

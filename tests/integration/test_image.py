@@ -1,0 +1,93 @@
+"""The container image builds from what its Dockerfile copies, and the command
+it installs runs. No Docker engine: the wheel is built from exactly the files
+the build stage copies, as ``pip wheel`` in that stage would, and installed in
+a fresh virtual environment."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "reports-pipeline"
+
+
+def build_stage_copies(dockerfile: str) -> list[tuple[str, str]]:
+    """(source, destination) of each COPY of the first (build) stage."""
+    stages = re.split(r"^FROM ", dockerfile, flags=re.M)[1:]
+    copies = []
+    for line in stages[0].splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            *sources, dest = line.split()[1:]
+            copies += [(source, dest) for source in sources]
+    return copies
+
+
+def test_the_wheel_built_from_the_dockerfiles_files_runs(tmp_path: Path) -> None:
+    context = tmp_path / "context"
+    context.mkdir()
+    for source, dest in build_stage_copies((ROOT / "Dockerfile").read_text()):
+        target = context / (source if dest.endswith("/") or dest == "./" else dest)
+        if (ROOT / source).is_dir():
+            shutil.copytree(ROOT / source, target,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / source, target)
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--wheel-dir", str(wheels), str(context)],
+                   check=True, cwd=tmp_path)
+    [wheel] = wheels.glob("reports_pipeline-*.whl")
+
+    # A fresh environment with the wheel; its dependencies are those of the
+    # test environment (appended after its own site-packages, so the wheel's
+    # modules win over the work tree's editable install).
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print("
+                                "sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", str(wheel)], check=True, cwd=tmp_path)
+
+    where = subprocess.run([str(python), "-c", "import launcher, bench; print(launcher.__file__,"
+                            " bench.__file__)"], check=True, capture_output=True, text=True,
+                           cwd=tmp_path).stdout
+    assert str(ROOT) not in where, where
+    helped = subprocess.run([str(venv / "bin" / "reports-pipeline"), "--help"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert helped.returncode == 0, helped.stderr
+    assert "up" in helped.stdout and "bench" in helped.stdout
+
+
+def test_the_image_name_and_tag_agree_everywhere() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert chart["appVersion"] == version
+    assert not values["image"]["tag"], "the tag is the chart's appVersion"
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    ours = [s for s in compose["services"].values() if "command" in s]
+    assert {s["image"] for s in ours} == {f"{values['image']['repository']}:{version}"}
+    assert any("build" in s for s in ours)
+
+
+def test_compose_runs_what_the_readme_queries() -> None:
+    """The cluster name README's queries filter on, no service a comment names
+    that does not exist."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    compose = yaml.safe_load(text)
+    for service in compose["services"].values():
+        assert service.get("environment", {}).get("REPORTS_CLUSTER", "default") == "default"
+    named = set(re.findall(r"^#.*`(\w+)`", text, flags=re.M)) - {"up"}
+    assert named <= set(compose["services"]), named
+    assert "cluster = 'default'" in (ROOT / "README.md").read_text()
