@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
+import os
 import secrets
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,10 +21,21 @@ def ensure_token(directory: Path) -> str:
     """A bearer token for the generated kubeconfig, made once and then reused."""
     token_file = directory / "token"
     if not token_file.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        token_file.write_text(secrets.token_urlsafe(32))
-        token_file.chmod(0o600)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(token_file, secrets.token_urlsafe(32).encode())
     return token_file.read_text().strip()
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (atomically) readable by its owner only,
+    from the first byte on."""
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    tmp.replace(path)
 
 
 def ensure_certificate(directory: Path) -> tuple[Path, Path]:
@@ -30,7 +43,7 @@ def ensure_certificate(directory: Path) -> tuple[Path, Path]:
     cert_file, key_file = directory / "tls.crt", directory / "tls.key"
     if cert_file.exists() and key_file.exists():
         return cert_file, key_file
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "reports-pipeline")])
     now = datetime.now(UTC)
@@ -45,10 +58,9 @@ def ensure_certificate(directory: Path) -> tuple[Path, Path]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    key_file.chmod(0o600)
+    write_private(key_file, key.private_bytes(serialization.Encoding.PEM,
+                                              serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()))
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_file, key_file
 
@@ -64,6 +76,5 @@ def write_kubeconfig(path: Path, *, server: str, cert_file: Path, token: str) ->
                       "context": {"cluster": "reports-pipeline", "user": "reports-pipeline",
                                   "namespace": "default"}}],
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    tmp.replace(path)
+    # it holds the bearer token
+    write_private(path, yaml.safe_dump(config, sort_keys=False).encode())

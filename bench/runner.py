@@ -27,6 +27,8 @@ from bench.figures import Report, percentile
 from bench.running import RunningSystem
 from bench.traffic import Driver, Run, closed_loop, open_loop, polr_collection
 from bench.workload import POLR_PATH, Mix, Resource, flip, resources
+from pipeline.settings import Settings
+from pipeline.worker import WINDOWS_KEPT
 
 MB = 1024 * 1024
 
@@ -317,8 +319,10 @@ async def _against(system: RunningSystem, options: Options, report: Report, mix:
                                            concurrency=options.concurrency, pid=system.pid,
                                            progress=progress)
             reads = len(sustained.run.reads()) / sustained.run.seconds
+            window = Settings.from_env().window_seconds
             soak.figures(report, sustained, note=f"{options.soak_minutes:g} min of mix {mix},"
-                         f" {options.concurrency} clients, {reads:.0f} reads/s alongside")
+                         f" {options.concurrency} clients, {reads:.0f} reads/s alongside",
+                         full_after=(WINDOWS_KEPT + 1) * window + soak.MINUTE)
             progress("soak per minute:\n" + soak.table(sustained.minutes()))
 
 

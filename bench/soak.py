@@ -192,7 +192,9 @@ async def _tick(run: Run, rss: RssSampler, started: float, seconds: float,
         minute += 1
 
 
-def figures(report: Report, soak: Soak, *, note: str) -> None:
+def figures(report: Report, soak: Soak, *, note: str, full_after: float = 5 * MINUTE) -> None:
+    """The phase's figures; ``full_after``: seconds after which the worker's
+    windowed tables hold all the windows they keep."""
     rows = soak.minutes()
     s = soak.seconds
     first, last = soak.rate(0, min(MINUTE, s)), soak.rate(max(0.0, s - MINUTE), s)
@@ -222,24 +224,31 @@ def figures(report: Report, soak: Soak, *, note: str) -> None:
     report.add("soak write latency p99", percentile(latencies, 99) * 1000, "ms", ("<", 250),
                note=f"p50 {percentile(latencies, 50) * 1000:.0f} ms over {len(latencies)}"
                " writes, closed loop")
-    # medians of the minute after warm-up and of the last minute
-    width = min(MINUTE, soak.seconds - soak.warm())
-    warm = soak.rss_between(soak.warm(), soak.warm() + width)
-    end = soak.rss_between(soak.seconds - width, soak.seconds)
-    since = soak.writes(soak.warm(), float("inf"))
-    after = ("after the first minute" if soak.warm() == MINUTE else f"after {soak.warm():g} s"
-             ) + f", medians of {width:g}-s spans"
-    for part in ("system", "broker"):
-        before, now = getattr(warm, part) / MB, getattr(end, part) / MB
-        what = "reports-pipeline up" if part == "system" else "its child processes (broker)"
-        report.add(f"soak {part} RSS growth per 1,000 writes",
-                   (now - before) / since * 1000 if since else float("nan"), "MB",
-                   note=f"{what} {after}: {before:.0f} -> {now:.0f} MB over {since} writes")
-        report.add(f"soak {part} RSS growth", now - before, "MB", ("<", 50), note=after)
+    _memory_figures(report, soak, soak.warm(), "")
+    if soak.seconds >= 2 * full_after:
+        # the windowed tables hold their most once WINDOWS_KEPT windows have passed
+        _memory_figures(report, soak, full_after, ", tables full")
     report.series["soak_minutes"] = [asdict(r) for r in rows]
     report.series["soak_windows"] = [
         {"start_s": start, "seconds": end - start, "writes_per_s": rate}
         for (start, end), rate in zip(soak.spans(WINDOW), windows, strict=True)]
+
+
+def _memory_figures(report: Report, soak: Soak, start: float, label: str) -> None:
+    """RSS growth from the minute after ``start`` to the last minute (medians)."""
+    width = min(MINUTE, soak.seconds - start)
+    warm = soak.rss_between(start, start + width)
+    end = soak.rss_between(soak.seconds - width, soak.seconds)
+    since = soak.writes(start, float("inf"))
+    after = ("after the first minute" if start == MINUTE else f"after {start:g} s"
+             ) + f", medians of {width:g}-s spans"
+    for part in ("system", "broker"):
+        before, now = getattr(warm, part) / MB, getattr(end, part) / MB
+        what = "reports-pipeline up" if part == "system" else "its child processes (broker)"
+        report.add(f"soak {part} RSS growth per 1,000 writes{label}",
+                   (now - before) / since * 1000 if since else float("nan"), "MB",
+                   note=f"{what} {after}: {before:.0f} -> {now:.0f} MB over {since} writes")
+        report.add(f"soak {part} RSS growth{label}", now - before, "MB", ("<", 50), note=after)
 
 
 def table(rows: list[Minute]) -> str:

@@ -1,12 +1,16 @@
-"""The ``reports-pipeline`` command.
+"""Kubernetes policy reports kept in Kafka and ClickHouse instead of etcd, served
+to kubectl and every Kubernetes client through the aggregation layer.
 
-  up      the whole system on one machine (a single-node Apache Kafka and chDB
-          by default)
-  worker  only the Faust agents (production: scaled on their own)
+commands:
+  up      the whole system on this machine (a single-node Apache Kafka and
+          embedded ClickHouse unless KAFKA_BOOTSTRAP and CLICKHOUSE_URL are set)
+  worker  only the committer and the Faust agents (production: scaled on their own)
   serve   only the frontend (production: behind the kube-apiserver aggregator)
-  trends  fail counts per namespace and policy over time, as a table and a chart
+  trends  failing results per namespace and policy over time, as a table and a chart
   bench   the benchmark: Kyverno-shaped traffic against a fresh `up`, and the
           analytics questions against a PostgreSQL JSONB baseline
+
+`reports-pipeline COMMAND --help` explains each.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import asyncio
 import gc
 import logging
 import sys
+import textwrap
 from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +32,14 @@ from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
 from bench.runner import write_json
 from bench.workload import Mix
-from launcher.system import AlreadyRunning, ServeOptions, data_dir_lock, run
+from launcher.system import (
+    AlreadyRunning,
+    ServeOptions,
+    StartupError,
+    data_dir_lock,
+    listen,
+    run,
+)
 from launcher.trends import (
     Analytics,
     RunningSystem,
@@ -38,43 +50,158 @@ from launcher.trends import (
 )
 from pipeline.settings import Settings
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+#: the environment each command reads (README "Configuration" has them all)
+ENV_UP = """environment:
+  KAFKA_BOOTSTRAP   a Kafka cluster's bootstrap servers (default: run a
+                    single-node Apache Kafka under DATA/kafka; needs Java 17
+                    and, on first use, Maven to fetch its jars)
+  CLICKHOUSE_URL    a ClickHouse server, http(s)://user:password@host:port
+                    (default: embedded chDB under DATA/clickhouse)
+  REPORTS_CLUSTER, REPORTS_DATABASE, REPORTS_TOPIC_PREFIX and the other
+  REPORTS_* settings: see README.md, "Configuration"."""
+ENV_SERVER = """environment (both required):
+  KAFKA_BOOTSTRAP   the Kafka cluster's bootstrap servers
+  CLICKHOUSE_URL    the ClickHouse server, http(s)://user:password@host:port
+  REPORTS_CLUSTER, REPORTS_DATABASE, REPORTS_TOPIC_PREFIX and the other
+  REPORTS_* settings: see README.md, "Configuration"."""
+ENV_TRENDS = """environment:
+  CLICKHOUSE_URL    the ClickHouse server to query when no --data-dir is given
+  REPORTS_CLUSTER   the cluster whose reports are counted (default: default)
+  REPORTS_DATABASE  the ClickHouse database (default: reports)"""
+
+
+class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written, and each option's default where it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.required:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _about(text: str) -> str:
+    """A command's description, wrapped as help text is."""
+    return textwrap.fill(text, width=79)
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535;"
+                                         " 0 picks any free one)")
+    return value
+
+
+def duration(text: str) -> int:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not longer than nothing; give e.g."
+                                         " 1m, 1h or 1d")
+    return seconds
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a file")
+    return path
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reports-pipeline", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log-level", default="WARNING")
-    sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="run the whole system on one machine")
+                                     formatter_class=_Help)
+    parser.add_argument("--log-level", default="warning", type=str.lower, choices=LOG_LEVELS,
+                        help="how much the system logs to stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser(
+        "up", help="run the whole system on this machine", formatter_class=_Help,
+        description=_about("Run the whole system on this machine: a single-node Apache Kafka"
+        " (or KAFKA_BOOTSTRAP), ClickHouse (embedded chDB, or CLICKHOUSE_URL), the"
+        " committer, the Faust agents and the frontend. When ready it prints the"
+        " kubeconfig to use with kubectl, the frontend URL, the Kafka bootstrap of the"
+        " public topics and how to query analytics, and writes them to"
+        " DATA/endpoints.json. Stop it with Ctrl-C or SIGTERM."), epilog=ENV_UP)
     up.add_argument("--data-dir", type=Path, required=True,
-                    help="where ClickHouse data, TLS files and the kubeconfig live")
-    up.add_argument("--host", default="127.0.0.1", help="address the frontend listens on")
-    up.add_argument("--port", type=int, default=0, help="frontend port (0: any free one)")
-    worker = sub.add_parser("worker", help="run only the Faust agents")
-    worker.add_argument("--data-dir", type=Path, default=Path("/var/lib/reports-pipeline"))
-    serve = sub.add_parser("serve", help="run only the frontend")
-    serve.add_argument("--data-dir", type=Path, default=Path("/var/lib/reports-pipeline"))
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument("--port", type=int, default=6443)
-    serve.add_argument("--tls-cert", type=Path, required=True)
-    serve.add_argument("--tls-key", type=Path, required=True)
-    serve.add_argument("--client-ca", type=Path,
+                    help="where Kafka's log, ClickHouse's data, the TLS files, the kubeconfig"
+                         " and endpoints.json live (created if missing)")
+    up.add_argument("--host", default="127.0.0.1",
+                    help="address the frontend listens on (0.0.0.0: every interface)")
+    up.add_argument("--port", type=port, default=0, help="frontend port (0: any free one)")
+
+    worker = sub.add_parser(
+        "worker", help="run only the committer and the Faust agents", formatter_class=_Help,
+        description=_about("Run only the worker: the committer (one at a time commits, others"
+        " stand by) and the Faust agents that materialize the change log into ClickHouse"
+        " and aggregate it. Production runs it on its own, against a Kafka cluster and"
+        " a ClickHouse server."), epilog=ENV_SERVER)
+    worker.add_argument("--data-dir", type=Path, default=Path("/var/lib/reports-pipeline"),
+                        help="where the Faust agents keep their local state")
+
+    serve = sub.add_parser(
+        "serve", help="run only the frontend", formatter_class=_Help,
+        description=_about("Run only the frontend, the aggregated API server behind the"
+        " kube-apiserver (its APIService objects point here). It answers kubectl and"
+        " every Kubernetes client for the report resources and publishes writes to Kafka."),
+        epilog=ENV_SERVER)
+    serve.add_argument("--data-dir", type=Path, default=Path("/var/lib/reports-pipeline"),
+                       help="where the bearer token lives when no client CA is used")
+    serve.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    serve.add_argument("--port", type=port, default=6443, help="port to listen on")
+    serve.add_argument("--tls-cert", type=existing_file, required=True,
+                       help="serving certificate (PEM)")
+    serve.add_argument("--tls-key", type=existing_file, required=True,
+                       help="its private key (PEM)")
+    serve.add_argument("--client-ca", type=existing_file,
                        help="require client certificates signed by this CA (the aggregator's"
-                            " front-proxy CA); without it a bearer token under data-dir is"
+                            " front-proxy CA); without it a bearer token under --data-dir is"
                             " required")
-    trends = sub.add_parser("trends", help="print (and chart) fail counts over time")
+
+    trends = sub.add_parser(
+        "trends", help="print (and chart) failing results over time", formatter_class=_Help,
+        description=_about("Failing results per namespace and policy over time: a table, and"
+        " with --chart a PNG or SVG chart. Asks a running `up` (--data-dir) or a"
+        " ClickHouse server (CLICKHOUSE_URL)."), epilog=ENV_TRENDS)
     trends.add_argument("--data-dir", type=Path,
                         help="ask the `up` running on this directory (embedded ClickHouse);"
                              " without it CLICKHOUSE_URL is queried directly")
-    trends.add_argument("--window", default="1m", help="bucket size, e.g. 1m, 1h, 1d")
-    trends.add_argument("--since", default="24h", help="how far back, e.g. 1h, 7d, 30d")
+    trends.add_argument("--window", default="1m", type=duration,
+                        help="bucket size, e.g. 1m, 1h, 1d")
+    trends.add_argument("--since", default="24h", type=duration,
+                        help="how far back, e.g. 1h, 7d, 30d")
     trends.add_argument("--namespace", help="only this namespace")
     trends.add_argument("--policy", help="only this policy")
     trends.add_argument("--chart", type=Path, help="also draw a chart: FILE.png or FILE.svg")
-    trends.add_argument("--top", type=int, default=10, help="series drawn in the chart")
-    bench = sub.add_parser("bench", help="measure the system against this round's targets")
+    trends.add_argument("--top", type=positive, default=10, help="series drawn in the chart")
+
+    bench = sub.add_parser(
+        "bench", help="measure the system (throughput, latency, soak, analytics)",
+        formatter_class=_Help,
+        description=_about("The benchmark: starts a fresh `up`, drives Kyverno-shaped traffic"
+        " through its frontend (throughput, latency, watches, LIST, a sustained soak)"
+        " and compares the analytics questions with a PostgreSQL JSONB baseline. Prints"
+        " a table of figures against their targets and writes them as JSON."))
     defaults = BenchOptions()
     bench.add_argument("--quick", action="store_true",
-                       help="a smaller run that finishes in under two minutes")
+                       help="a smaller run that finishes in a few minutes")
     for name, kind, text in (
             ("resources", int, "Pods with a PolicyReport that the traffic writes"),
             ("namespaces", int, "namespaces the workload's Pods are spread over"),
@@ -93,7 +220,8 @@ def _parser() -> argparse.ArgumentParser:
             ("soak-minutes", float, "minutes of the sustained phase (0: none)")):
         field = name.replace("-", "_")
         bench.add_argument(f"--{name}", type=kind, default=None,
-                           help=f"{text} (default {getattr(defaults, field)})")
+                           help=f"{text} (default {getattr(defaults, field)};"
+                                f" --quick: {getattr(BenchOptions.quick(), field)})")
     bench.add_argument("--data-dir", type=Path,
                        help="keep the system's and PostgreSQL's data here (default: a"
                             " temporary directory, removed afterwards)")
@@ -121,8 +249,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _trends(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        query = TrendQuery(settings.cluster, parse_duration(args.window),
-                           parse_duration(args.since), args.namespace, args.policy)
+        query = TrendQuery(settings.cluster, args.window, args.since, args.namespace,
+                           args.policy)
         if args.chart is not None and args.chart.suffix.lower() not in (".png", ".svg"):
             raise ValueError("--chart must name a .png or .svg file")
         source: Analytics
@@ -158,7 +286,8 @@ def _serve(main: Coroutine[Any, Any, None]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -170,27 +299,27 @@ def main(argv: list[str] | None = None) -> int:
         return _trends(args, settings)
     if args.command == "bench":
         return _bench(args)
-    if args.command == "up":
-        options = ServeOptions(args.data_dir, host=args.host, port=args.port)
-        try:
-            with data_dir_lock(args.data_dir):
-                _serve(run(settings, options))
-        except AlreadyRunning as err:
-            print(f"reports-pipeline: {err}", file=sys.stderr)
-            return 1
+    if args.command != "up" and not (settings.kafka_bootstrap and settings.clickhouse_url):
+        parser.exit(2, f"reports-pipeline {args.command}: needs KAFKA_BOOTSTRAP and"
+                       " CLICKHOUSE_URL (use `up` for the embedded defaults)\n")
+    try:
+        if args.command == "worker":
+            _serve(run(settings, ServeOptions(args.data_dir, frontend=False)))
+            return 0
+        # the port first: a port in use is reported before anything starts
+        sock = listen(args.host, args.port)
+        if args.command == "serve":
+            options = ServeOptions(args.data_dir, worker=False, host=args.host, sock=sock,
+                                   tls_cert=args.tls_cert, tls_key=args.tls_key,
+                                   client_ca=args.client_ca, write_kubeconfig=False)
+            _serve(run(settings, options))
+            return 0
+        with data_dir_lock(args.data_dir):
+            _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock)))
         return 0
-    if not (settings.kafka_bootstrap and settings.clickhouse_url):
-        print("reports-pipeline: worker and serve need KAFKA_BOOTSTRAP and CLICKHOUSE_URL;"
-              " use `up` for the embedded defaults", file=sys.stderr)
-        return 2
-    if args.command == "worker":
-        options = ServeOptions(args.data_dir, frontend=False)
-    else:
-        options = ServeOptions(args.data_dir, worker=False, host=args.host, port=args.port,
-                               tls_cert=args.tls_cert, tls_key=args.tls_key,
-                               client_ca=args.client_ca, write_kubeconfig=False)
-    _serve(run(settings, options))
-    return 0
+    except (StartupError, AlreadyRunning) as err:
+        print(f"reports-pipeline {args.command}: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -31,11 +33,11 @@ from apiserver.changelog import ChangeLog
 from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, write_kubeconfig
 from apiserver.writes import Writer
-from launcher.broker import KafkaBroker
+from launcher.broker import BrokerError, KafkaBroker
 from pipeline import kafka
 from pipeline.committing import CommitService
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
+from pipeline.store import ReportStore, StoreError, redacted
 from pipeline.worker import build_app, build_committer
 
 log = logging.getLogger(__name__)
@@ -45,10 +47,17 @@ class AlreadyRunning(RuntimeError):
     pass
 
 
+#: the public topics (the others are the pipeline's own)
+PUBLIC_TOPICS = ("changes_topic", "result_events_topic", "summaries_topic")
+
+
 @contextlib.contextmanager
 def data_dir_lock(data_dir: Path) -> Iterator[None]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    lock_file: IO[str] = open(data_dir / "up.lock", "a+")  # noqa: SIM115
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock_file: IO[str] = open(data_dir / "up.lock", "a+")  # noqa: SIM115
+    except OSError as err:
+        raise StartupError(f"cannot use --data-dir {data_dir}: {err.strerror}") from err
     try:
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -85,6 +94,27 @@ class ServeOptions:
     tls_key: Path | None = None
     client_ca: Path | None = None  # require client certificates signed by this CA
     write_kubeconfig: bool = True
+    sock: socket.socket | None = None  # the listening socket, bound before start-up
+
+
+class StartupError(RuntimeError):
+    """Something the user can fix stops the system from starting; the message
+    says what."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The frontend's listening socket, bound before anything else starts so a
+    port in use is reported at once."""
+    try:
+        return _listen(host, port)
+    except socket.gaierror as err:
+        raise StartupError(f"cannot listen on {host}: {err.strerror}; give --host an address"
+                           " of this machine (127.0.0.1, 0.0.0.0)") from err
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise StartupError(f"cannot listen on {host}:{port}: the port is in use; give"
+                               " another --port, or --port 0 for any free one") from err
+        raise StartupError(f"cannot listen on {host}:{port}: {err.strerror}") from err
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -141,6 +171,11 @@ class System:
         settings, stack = self.settings, self._stack
         worker, frontend, token = self._roles
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # ClickHouse first: it is the quicker to find unreachable
+        self.store = store = ReportStore(settings, data_dir=self.data_dir)
+        stack.push_async_callback(store.close)
+        await store.start()
+
         if not self.bootstrap:
             broker = KafkaBroker(self.data_dir / "kafka", heap=settings.kafka_heap,
                                  cache=Path(settings.kafka_cache) if settings.kafka_cache
@@ -150,10 +185,6 @@ class System:
             self.bootstrap = broker.bootstrap
             self.broker = broker
         await kafka.ensure_topics(settings, self.bootstrap)
-
-        self.store = store = ReportStore(settings, data_dir=self.data_dir)
-        await store.start()
-        stack.push_async_callback(store.close)
 
         if worker:
             app = build_app(settings, store, bootstrap=self.bootstrap, data_dir=self.data_dir)
@@ -190,7 +221,16 @@ async def run(settings: Settings, options: ServeOptions) -> None:
         loop.add_signal_handler(sig, stop.set)
     system = System(settings, options.data_dir, worker=options.worker,
                     frontend=options.frontend, token=options.client_ca is None)
-    await system.start()
+    try:
+        await system.start()
+    except kafka.Unreachable as err:
+        raise StartupError(f"{err}; check KAFKA_BOOTSTRAP (unset it and `up` runs its own"
+                           " broker)") from err
+    except StoreError as err:
+        raise StartupError(f"{err}; check CLICKHOUSE_URL (unset it and `up` uses the"
+                           " embedded chDB)") from err
+    except BrokerError as err:
+        raise StartupError(str(err)) from err
     try:
         waiter = asyncio.create_task(stop.wait(), name="stop-signal")
         if system.app is None:
@@ -208,7 +248,7 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
     cert, key = options.tls_cert, options.tls_key
     if cert is None or key is None:
         cert, key = ensure_certificate(system.data_dir / "tls")
-    sock = _listen(options.host, options.port)
+    sock = options.sock or listen(options.host, options.port)
     port = sock.getsockname()[1]
     server = _Server(https_config(system.app, cert=cert, key=key, client_ca=options.client_ca))
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
@@ -218,19 +258,60 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
                 await serving
                 raise RuntimeError("the HTTP server did not start")
             await asyncio.sleep(0.01)
+        local = "127.0.0.1" if options.host in ("0.0.0.0", "") else options.host
+        frontend = f"https://{local}:{port}"
         if options.write_kubeconfig:
             kubeconfig = system.data_dir / "kubeconfig"
-            write_kubeconfig(kubeconfig, server=f"https://127.0.0.1:{port}", cert_file=cert,
-                             token=system.token)
-            print(f"reports-pipeline is ready: kubectl --kubeconfig {kubeconfig} get polr -A",
-                  flush=True)
+            write_kubeconfig(kubeconfig, server=frontend, cert_file=cert, token=system.token)
+            endpoints = write_endpoints(system, frontend=frontend, kubeconfig=kubeconfig)
+            print(ready_text(endpoints), flush=True)
         else:
-            print(f"reports-pipeline frontend is serving on {options.host}:{port}", flush=True)
+            print(f"reports-pipeline frontend is serving on {frontend}", flush=True)
         await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
     finally:
         server.should_exit = True
         await serving
+
+
+def write_endpoints(system: System, *, frontend: str, kubeconfig: Path) -> dict[str, Any]:
+    """``DATA/endpoints.json``: where a running ``up`` answers, for tools and
+    the examples (``--data-dir``)."""
+    settings = system.settings
+    endpoints = {
+        "kubeconfig": str(kubeconfig),
+        "frontend": frontend,
+        "analytics": f"{frontend}/analytics/v1/query",
+        "kafka_bootstrap": system.bootstrap,
+        "topics": {name.removesuffix("_topic").replace("_", "-"): getattr(settings, name)
+                   for name in PUBLIC_TOPICS},
+        "clickhouse": redacted(settings.clickhouse_url) if settings.clickhouse_url
+        else f"embedded chDB in {system.data_dir / 'clickhouse'}",
+        "database": settings.database,
+        "cluster": settings.cluster,
+        "pid": os.getpid(),
+    }
+    path = system.data_dir / "endpoints.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(endpoints, indent=2) + "\n")
+    tmp.replace(path)
+    return endpoints
+
+
+def ready_text(endpoints: dict[str, Any]) -> str:
+    topics = ", ".join(endpoints["topics"].values())
+    return "\n".join([
+        "reports-pipeline is ready",
+        f"  kubectl:    kubectl --kubeconfig {endpoints['kubeconfig']} get polr -A",
+        f"  frontend:   {endpoints['frontend']}",
+        f"  kafka:      {endpoints['kafka_bootstrap']} (public topics: {topics})",
+        f"  analytics:  kubectl --kubeconfig {endpoints['kubeconfig']} create --raw"
+        " /analytics/v1/query -f query.json",
+        "              (query.json: {\"query\": \"SELECT ...\"}; or POST to"
+        f" {endpoints['analytics']})",
+        f"  clickhouse: {endpoints['clickhouse']}",
+        "Stop with Ctrl-C (SIGTERM).",
+    ])
 
 
 def _progress(message: str) -> None:

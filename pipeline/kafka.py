@@ -12,11 +12,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from pipeline import topics
+from pipeline.logs import quiet
 from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError
 from pipeline.settings import Settings
 from pipeline.store import Progress
@@ -92,12 +93,21 @@ async def wait_no_open_transactions(settings: Settings, bootstrap: str,
         await everything.stop()
 
 
+class Unreachable(ConnectionError):
+    """No Kafka broker answers at the bootstrap address."""
+
+
 async def ensure_topics(settings: Settings, bootstrap: str) -> None:
     """Create the pipeline's topics with their policies (``pipeline.topics``),
     and bring the policies of existing ones up to date. Each has one
     partition: the change log's order is the resourceVersion order."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    try:
+        with quiet("aiokafka"):
+            await admin.start()
+    except KafkaConnectionError as err:
+        await admin.close()
+        raise Unreachable(f"no Kafka broker answers at {bootstrap}") from err
     try:
         wanted = topics.specs(settings)
         existing = set(await admin.list_topics())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from datetime import UTC, datetime
 from importlib import resources as importlib_resources
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import clickhouse_connect
 import orjson
@@ -25,6 +27,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from pipeline import objects, resources
 from pipeline.commit import Current
+from pipeline.logs import quiet
 from pipeline.messages import Change
 from pipeline.settings import Settings
 
@@ -38,6 +41,24 @@ REPORT_COLUMNS = ("resource", "namespace", "name", "uid", "resource_version", "d
 
 class StoreError(RuntimeError):
     """ClickHouse could not do what was asked."""
+
+
+def _reason(err: Exception) -> str:
+    """The gist of a ClickHouse client error, on one line."""
+    text = str(err).strip()
+    refused = re.search(r"\[Errno -?\d+\] ([^\"')\n]+)", text)
+    if refused:
+        return refused.group(1).strip()
+    return (text.splitlines() or [type(err).__name__])[0][:300]
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class QueryError(ValueError):
@@ -212,8 +233,13 @@ class ReportStore:
     async def start(self) -> None:
         """Create the database and apply pending migrations."""
         def setup() -> None:
-            admin = self._connect(None)
-            admin.command(f"CREATE DATABASE IF NOT EXISTS `{self._settings.database}`")
+            try:
+                with quiet("clickhouse_connect", "urllib3"):
+                    admin = self._connect(None)
+                admin.command(f"CREATE DATABASE IF NOT EXISTS `{self._settings.database}`")
+            except ClickHouseError as err:
+                where = redacted(self._settings.clickhouse_url) or "the embedded ClickHouse"
+                raise StoreError(f"ClickHouse at {where} cannot be used: {_reason(err)}") from err
         await asyncio.get_running_loop().run_in_executor(self._pool, setup)
         await self.run(self._migrate)
         await self.run(self._retention)

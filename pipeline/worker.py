@@ -40,6 +40,11 @@ def build_committer(settings: Settings, store: ReportStore, *, bootstrap: str) -
     return Committer(store, tail, max_keys=settings.committer_cache_keys)
 
 
+#: closed windows of activity the worker keeps in memory (late changes still
+#: count in them); its memory is full once this many windows have passed
+WINDOWS_KEPT = 3
+
+
 def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
               data_dir: Path) -> faust.App:
     app = faust.App(
@@ -71,7 +76,8 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                               partitions=1, key_type=str, use_partitioner=True)
     activity = app.Table(f"{settings.topic_prefix}-activity", default=int, partitions=1,
                          key_type=str, use_partitioner=True).tumbling(
-        settings.window_seconds, expires=timedelta(seconds=settings.window_seconds * 3))
+        settings.window_seconds,
+        expires=timedelta(seconds=settings.window_seconds * WINDOWS_KEPT))
 
     async def publish(topic: str, key: bytes, value: bytes) -> Any:
         return await app.producer.send(topic, key, value, None, None, None)

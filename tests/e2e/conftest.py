@@ -57,13 +57,17 @@ class Up:
             self.lines.put(line)
 
     def wait_ready(self, timeout: float = 90) -> str:
+        """Wait for `up`'s ready message (to its last line) and return its first."""
+        ready = ""
         while True:
             try:
                 line = self.lines.get(timeout=timeout)
             except Empty:
                 raise AssertionError("not ready in time:\n" + "".join(self.output)) from None
             if "is ready" in line:
-                return line
+                ready = line
+            if ready and line.startswith("Stop with"):
+                return ready
             if self.proc.poll() is not None and self.lines.empty():
                 raise AssertionError("up exited:\n" + "".join(self.output))
 

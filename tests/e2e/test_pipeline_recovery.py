@@ -155,9 +155,14 @@ async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:
     example = None
     try:
         await asyncio.to_thread(up.wait_ready)
+        # a failure from before the example starts: history, never printed
+        async with client_for(up) as api:
+            old = report(POLR, "old", "before", fail=1)
+            assert (await api.post(collection_path(POLR, "before"), json=old)).status_code == 201
+        await first_event(broker.bootstrap, f"{prefix}.result-events")
         example = await asyncio.create_subprocess_exec(
             str(BIN / "python"), str(ROOT / "examples" / "print_new_failures.py"),
-            "--bootstrap", broker.bootstrap, "--prefix", prefix,
+            "--data-dir", str(up.data_dir),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert example.stdout is not None
         async with asyncio.timeout(30):
@@ -170,7 +175,7 @@ async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:
             assert (await api.put(f"{path}/web", json=failing)).status_code == 200
         async with asyncio.timeout(60):
             line = (await example.stdout.readline()).decode()
-        assert "FAIL shop/Pod/kyverno-admission-controller-7d998c79c4-rj7th" in line
+        assert "FAIL shop/Pod/kyverno-admission-controller-7d998c79c4-rj7th" in line, line
         assert "disallow-capabilities/adding-capabilities (was pass" in line
 
         consumer = kafka.consumer(broker.bootstrap, auto_offset_reset="earliest")
@@ -198,7 +203,19 @@ async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:
         await broker.stop()
 
 
+async def first_event(bootstrap: str, topic: str) -> None:
+    consumer = kafka.consumer(bootstrap, auto_offset_reset="earliest")
+    consumer.subscribe([topic])
+    await consumer.start()
+    try:
+        async with asyncio.timeout(60):
+            while not await consumer.getmany(timeout_ms=1000):
+                pass
+    finally:
+        await consumer.stop()
+
+
 def test_example_is_runnable() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "print_new_failures.py"),
                           "--help"], capture_output=True, text=True, check=False)
-    assert out.returncode == 0 and "--bootstrap" in out.stdout
+    assert out.returncode == 0 and "--data-dir" in out.stdout and "--bootstrap" in out.stdout

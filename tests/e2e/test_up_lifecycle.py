@@ -1,14 +1,19 @@
 """``reports-pipeline up`` and its Kafka broker child: killing the parent
-outright (SIGKILL, no chance to clean up) must not leave the broker running."""
+outright (SIGKILL, no chance to clean up) must not leave the broker running.
+When ready, `up` says where everything answers, on its output and in
+``DATA/endpoints.json``."""
 
 from __future__ import annotations
 
+import json
+import stat
 import time
 from collections.abc import Callable
 
 import psutil
+from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.e2e.conftest import Up
+from tests.e2e.conftest import Kubectl, Up
 
 
 def test_a_killed_up_takes_its_broker_with_it(up: Callable[[], Up]) -> None:
@@ -23,3 +28,30 @@ def test_a_killed_up_takes_its_broker_with_it(up: Callable[[], Up]) -> None:
     while broker.is_running() and broker.status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the broker outlived its parent"
         time.sleep(0.05)
+
+
+async def test_up_says_where_it_answers(up: Callable[[], Up]) -> None:
+    system = up()
+    endpoints = json.loads((system.data_dir / "endpoints.json").read_text())
+    frontend = endpoints["frontend"]
+    assert frontend.startswith("https://127.0.0.1:")
+    assert endpoints["analytics"] == f"{frontend}/analytics/v1/query"
+    assert endpoints["topics"] == {"changes": "e2e.changes",
+                                   "result-events": "e2e.result-events",
+                                   "summaries": "e2e.summaries"}
+    output = "".join(system.output)
+    kubeconfig = str(system.kubeconfig)
+    for said in (f"kubectl --kubeconfig {kubeconfig} get polr -A", f"frontend:   {frontend}",
+                 f"kafka:      {endpoints['kafka_bootstrap']} (public topics: e2e.changes,",
+                 f"kubectl --kubeconfig {kubeconfig} create --raw /analytics/v1/query -f"):
+        assert said in output, output
+    # the token is the user's alone
+    assert stat.S_IMODE(system.kubeconfig.stat().st_mode) == 0o600
+    # the addresses work: Kafka has the topics, kubectl reaches the frontend
+    admin = AIOKafkaAdminClient(bootstrap_servers=endpoints["kafka_bootstrap"])
+    await admin.start()
+    try:
+        assert set(endpoints["topics"].values()) <= set(await admin.list_topics())
+    finally:
+        await admin.close()
+    assert Kubectl(system.kubeconfig).run("get", "polr", "-A").returncode == 0

@@ -32,3 +32,14 @@ def test_growth_is_measured_after_the_first_minute() -> None:
     figures(report, soak_of(samples), note="")
     growth = {f.name: f.value for f in report.figures}
     assert growth["soak system RSS growth"] == 6
+
+
+def test_once_the_tables_are_full_memory_is_flat() -> None:
+    # +50 MB a minute until minute 5 (windows filling), flat afterwards
+    samples = [Sample(t, (800 + 50 * min(t, 300) / 60) * MB, 100 * MB)
+               for t in range(0, 12 * 60 + 1, 5)]
+    report = Report()
+    figures(report, soak_of(samples, minutes=12), note="", full_after=300)
+    growth = {f.name: f.value for f in report.figures}
+    assert growth["soak system RSS growth"] > 150
+    assert growth["soak system RSS growth, tables full"] == 0

@@ -1,0 +1,157 @@
+"""Every mistake a user makes on the command line ends in one line saying what
+is wrong and what to do: exit code 2 for usage, 1 for what stops the start,
+and nothing left behind."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import _parser, main
+
+COMMANDS = ("up", "worker", "serve", "trends", "bench")
+
+
+def one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in text, text
+    return lines[0]
+
+
+def usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    # argparse: the usage, then one line with the error
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+def test_a_port_out_of_range(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    line = usage_error(capsys, ["up", "--data-dir", str(tmp_path / "d"), "--port", "99999"])
+    assert "99999 is not a port number (0 to 65535" in line
+    assert not (tmp_path / "d").exists()
+
+
+def test_an_unknown_log_level(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    line = usage_error(capsys, ["--log-level", "verbose", "up", "--data-dir", str(tmp_path)])
+    assert "invalid choice: 'verbose'" in line and "debug" in line
+
+
+@pytest.mark.parametrize("option", ["--window", "--since"])
+def test_a_zero_duration(capsys: pytest.CaptureFixture[str], option: str) -> None:
+    line = usage_error(capsys, ["trends", option, "0s"])
+    assert "'0s' is not longer than nothing" in line
+
+
+def test_a_duration_that_is_none(capsys: pytest.CaptureFixture[str]) -> None:
+    line = usage_error(capsys, ["trends", "--window", "soon"])
+    assert "'soon' is not a duration like 30s, 5m, 1h or 7d" in line
+
+
+def test_serve_without_its_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    line = usage_error(capsys, ["serve", "--tls-cert", str(tmp_path / "no.pem"),
+                                "--tls-key", str(tmp_path / "no.key")])
+    assert "no.pem is not a file" in line
+
+
+def test_worker_without_its_servers(capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.delenv("CLICKHOUSE_URL", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["worker"])
+    assert exited.value.code == 2
+    assert "needs KAFKA_BOOTSTRAP and CLICKHOUSE_URL" in one_line(capsys.readouterr().err)
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        yield sock.getsockname()[1]
+
+
+def run_cli(*argv: str, env: dict[str, str] | None = None, timeout: float = 60
+            ) -> tuple[subprocess.CompletedProcess[str], float]:
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("KAFKA_BOOTSTRAP", "CLICKHOUSE_URL")}
+    environment.update(env or {})
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "launcher.cli", *argv], capture_output=True,
+                          text=True, timeout=timeout, env=environment)
+    return done, time.monotonic() - started
+
+
+def test_a_port_in_use_is_told_before_anything_starts(busy_port: int, tmp_path: Path) -> None:
+    done, seconds = run_cli("up", "--data-dir", str(tmp_path / "d"), "--port", str(busy_port))
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (
+        f"reports-pipeline up: cannot listen on 127.0.0.1:{busy_port}: the port is in use;"
+        " give another --port, or --port 0 for any free one")
+    assert not (tmp_path / "d").exists()
+    assert seconds < 10
+
+
+def test_an_unreachable_kafka(tmp_path: Path) -> None:
+    done, _ = run_cli("up", "--data-dir", str(tmp_path), env={"KAFKA_BOOTSTRAP": "127.0.0.1:1"})
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (
+        "reports-pipeline up: no Kafka broker answers at 127.0.0.1:1; check KAFKA_BOOTSTRAP"
+        " (unset it and `up` runs its own broker)")
+
+
+def test_an_unreachable_clickhouse(tmp_path: Path) -> None:
+    done, _ = run_cli("up", "--data-dir", str(tmp_path),
+                      env={"CLICKHOUSE_URL": "http://reports:secret@127.0.0.1:1"})
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (
+        "reports-pipeline up: ClickHouse at http://reports:***@127.0.0.1:1 cannot be used:"
+        " Connection refused; check CLICKHOUSE_URL (unset it and `up` uses the embedded chDB)")
+
+
+def test_a_data_dir_that_cannot_be_made(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    done, _ = run_cli("up", "--data-dir", str(tmp_path / "file" / "data"))
+    assert done.returncode == 1
+    assert one_line(done.stderr).startswith(
+        f"reports-pipeline up: cannot use --data-dir {tmp_path / 'file' / 'data'}: ")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_explains_itself(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    description = text.split("\n\n")[1]
+    assert len(description) > 80 and "``" not in text, text
+    # every option has its text
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices[command]._actions:
+        assert action.help, f"{command} {action.option_strings} has no help"
+    if command in ("up", "worker", "serve"):
+        assert "KAFKA_BOOTSTRAP" in text and "CLICKHOUSE_URL" in text
+    if command == "trends":
+        assert "(default: 1m)" in text and "CLICKHOUSE_URL" in text
+    if command == "up":
+        assert "(default: 127.0.0.1)" in text and "endpoints.json" in text
+
+
+def test_the_top_level_help_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text
+    for command in COMMANDS:
+        assert f"\n  {command} " in text
