@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import sys
 import textwrap
 from collections.abc import Coroutine
@@ -32,6 +33,7 @@ from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
 from bench.runner import write_json
 from bench.workload import Mix
+from launcher.incluster import Cluster, ClusterError
 from launcher.system import (
     AlreadyRunning,
     ServeOptions,
@@ -155,6 +157,9 @@ def _parser() -> argparse.ArgumentParser:
         " a ClickHouse server."), epilog=ENV_SERVER)
     worker.add_argument("--data-dir", type=Path, default=Path("/var/lib/reports-pipeline"),
                         help="where the Faust agents keep their local state")
+    worker.add_argument("--health-port", type=port,
+                        help="serve /livez and /readyz over plain HTTP on this port, for the"
+                             " kubelet's probes")
 
     serve = sub.add_parser(
         "serve", help="run only the frontend", formatter_class=_Help,
@@ -170,10 +175,18 @@ def _parser() -> argparse.ArgumentParser:
                        help="serving certificate (PEM)")
     serve.add_argument("--tls-key", type=existing_file, required=True,
                        help="its private key (PEM)")
-    serve.add_argument("--client-ca", type=existing_file,
+    trust = serve.add_mutually_exclusive_group()
+    trust.add_argument("--client-ca", type=existing_file,
                        help="require client certificates signed by this CA (the aggregator's"
-                            " front-proxy CA); without it a bearer token under --data-dir is"
-                            " required")
+                            " front-proxy CA); without it (or the next) a bearer token under"
+                            " --data-dir is required")
+    trust.add_argument("--front-proxy-ca-from-cluster", action="store_true",
+                       help="in a pod: read the front-proxy CA from kube-system/"
+                            "extension-apiserver-authentication with the pod's service"
+                            " account, and keep reading it (as k8s.io/apiserver servers do)")
+    serve.add_argument("--health-port", type=port,
+                       help="also serve /livez and /readyz over plain HTTP on this port,"
+                            " for the kubelet's probes")
 
     trends = sub.add_parser(
         "trends", help="print (and chart) failing results over time", formatter_class=_Help,
@@ -304,20 +317,27 @@ def main(argv: list[str] | None = None) -> int:
                        " CLICKHOUSE_URL (use `up` for the embedded defaults)\n")
     try:
         if args.command == "worker":
-            _serve(run(settings, ServeOptions(args.data_dir, frontend=False)))
+            health = None if args.health_port is None else listen("0.0.0.0", args.health_port)
+            _serve(run(settings, ServeOptions(args.data_dir, frontend=False,
+                                              health_sock=health)))
             return 0
         # the port first: a port in use is reported before anything starts
         sock = listen(args.host, args.port)
         if args.command == "serve":
-            options = ServeOptions(args.data_dir, worker=False, host=args.host, sock=sock,
-                                   tls_cert=args.tls_cert, tls_key=args.tls_key,
-                                   client_ca=args.client_ca, write_kubeconfig=False)
+            options = ServeOptions(
+                args.data_dir, worker=False, host=args.host, sock=sock,
+                tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca,
+                write_kubeconfig=False,
+                front_proxy=Cluster.from_env(os.environ)
+                if args.front_proxy_ca_from_cluster else None,
+                health_sock=None if args.health_port is None
+                else listen(args.host, args.health_port))
             _serve(run(settings, options))
             return 0
         with data_dir_lock(args.data_dir):
             _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock)))
         return 0
-    except (StartupError, AlreadyRunning) as err:
+    except (StartupError, AlreadyRunning, ClusterError) as err:
         print(f"reports-pipeline {args.command}: {err}", file=sys.stderr)
         return 1
 

@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from apiserver.app import create_app
@@ -34,6 +38,7 @@ from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, write_kubeconfig
 from apiserver.writes import Writer
 from launcher.broker import BrokerError, KafkaBroker
+from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
 from pipeline import kafka
 from pipeline.committing import CommitService
 from pipeline.settings import Settings
@@ -95,6 +100,11 @@ class ServeOptions:
     client_ca: Path | None = None  # require client certificates signed by this CA
     write_kubeconfig: bool = True
     sock: socket.socket | None = None  # the listening socket, bound before start-up
+    #: read the client CA (the aggregator's front-proxy CA) from the cluster
+    front_proxy: Cluster | None = None
+    #: plain-HTTP /livez and /readyz for the kubelet's probes (the HTTPS
+    #: listener may require client certificates the kubelet does not have)
+    health_sock: socket.socket | None = None
 
 
 class StartupError(RuntimeError):
@@ -220,7 +230,15 @@ async def run(settings: Settings, options: ServeOptions) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     system = System(settings, options.data_dir, worker=options.worker,
-                    frontend=options.frontend, token=options.client_ca is None)
+                    frontend=options.frontend,
+                    token=options.client_ca is None and options.front_proxy is None)
+    health = Health()
+    probes = None
+    if options.health_sock is not None:
+        probes = _Server(uvicorn.Config(health.app(), log_level="warning", access_log=False,
+                                        lifespan="off"))
+        health.task = asyncio.create_task(probes.serve(sockets=[options.health_sock]),
+                                          name="health")
     try:
         await system.start()
     except kafka.Unreachable as err:
@@ -234,30 +252,70 @@ async def run(settings: Settings, options: ServeOptions) -> None:
     try:
         waiter = asyncio.create_task(stop.wait(), name="stop-signal")
         if system.app is None:
+            health.ready = True
             print("reports-pipeline worker is running", flush=True)
             await waiter
         else:
-            await _serve(system, options, waiter)
+            await _serve(system, options, waiter, health)
+        health.ready = False
         print("reports-pipeline is stopping", file=sys.stderr, flush=True)
     finally:
         await system.stop()
+        if probes is not None and health.task is not None:
+            probes.should_exit = True
+            await health.task
 
 
-async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[bool]) -> None:
+class Health:
+    """The kubelet's view: live while the process runs, ready while it serves
+    (so the Service, and the APIServices behind it, send it traffic only then)."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.task: asyncio.Task[None] | None = None
+
+    def app(self) -> ASGIApp:
+        async def livez(request: Request) -> Response:
+            return PlainTextResponse("ok")
+
+        async def readyz(request: Request) -> Response:
+            if self.ready:
+                return PlainTextResponse("ok")
+            return PlainTextResponse("not ready", status_code=503)
+
+        return Starlette(routes=[Route("/livez", livez), Route("/healthz", livez),
+                                 Route("/readyz", readyz)])
+
+
+async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[bool],
+                 health: Health) -> None:
     assert system.app is not None
     cert, key = options.tls_cert, options.tls_key
     if cert is None or key is None:
         cert, key = ensure_certificate(system.data_dir / "tls")
+    client_ca, front_proxy_pem = options.client_ca, ""
+    if options.front_proxy is not None:
+        try:
+            front_proxy_pem = await front_proxy_ca(options.front_proxy)
+        except ClusterError as err:
+            raise StartupError(str(err)) from err
+        client_ca = system.data_dir / "front-proxy-ca.crt"
+        client_ca.write_text(front_proxy_pem)
     sock = options.sock or listen(options.host, options.port)
     port = sock.getsockname()[1]
-    server = _Server(https_config(system.app, cert=cert, key=key, client_ca=options.client_ca))
+    server = _Server(https_config(system.app, cert=cert, key=key, client_ca=client_ca))
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
+    refreshing = None
     try:
         while not server.started:
             if serving.done():
                 await serving
                 raise RuntimeError("the HTTP server did not start")
             await asyncio.sleep(0.01)
+        if options.front_proxy is not None and server.config.ssl is not None:
+            refreshing = asyncio.create_task(keep_trusting(
+                options.front_proxy, server.config.ssl, front_proxy_pem), name="front-proxy-ca")
+        health.ready = True
         local = "127.0.0.1" if options.host in ("0.0.0.0", "") else options.host
         frontend = f"https://{local}:{port}"
         if options.write_kubeconfig:
@@ -266,10 +324,16 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
             endpoints = write_endpoints(system, frontend=frontend, kubeconfig=kubeconfig)
             print(ready_text(endpoints), flush=True)
         else:
-            print(f"reports-pipeline frontend is serving on {frontend}", flush=True)
+            probes = ""
+            if options.health_sock is not None:
+                probes = f" (probes: http://{local}:{options.health_sock.getsockname()[1]}/readyz)"
+            print(f"reports-pipeline frontend is serving on {frontend}{probes}", flush=True)
         await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
     finally:
+        health.ready = False
+        if refreshing is not None:
+            refreshing.cancel()
         server.should_exit = True
         await serving
 
