@@ -1,0 +1,167 @@
+"""The Helm chart installs with ``helm install`` alone: rendered with ``helm
+template`` for several value sets, every manifest is valid against the
+Kubernetes schemas (kubernetes-validate's copy of them), the generated serving
+certificate is signed by the CA every APIService trusts, and ``helm lint`` is
+clean. helm itself is built from the Go module proxy when it is missing."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.x509.oid import ExtensionOID
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "reports-pipeline"
+HELM_VERSION = "v3.22.0"
+#: the oldest Kubernetes the chart is checked against, and the newest schemas
+KUBERNETES = ("1.30", kubernetes_validate.latest_version())
+NAMESPACE = "reports"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    found = shutil.which("helm")
+    if found:
+        return found
+    cache = Path.home() / ".cache" / "reports-pipeline" / "bin"
+    binary = cache / "helm"
+    if not binary.exists():
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        subprocess.run([go, "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
+                       env={**os.environ, "GOBIN": str(cache)}, check=True, timeout=900)
+    return str(binary)
+
+
+def render(helm: str, *values: str) -> list[dict[str, Any]]:
+    sets = [arg for value in values for arg in ("--set", value)]
+    out = subprocess.run([helm, "template", "rp", str(CHART), "--namespace", NAMESPACE, *sets],
+                         capture_output=True, text=True, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+VALUE_SETS = {
+    "defaults": (),
+    "with Kafka": ("kafka.deploy=true", "frontend.replicas=3", "worker.replicas=2"),
+    "own certificate and secrets": ("tls.existingSecret=reports-tls", "tls.caBundle=Y2E=",
+                                    "clickhouse.existingSecret=clickhouse-url",
+                                    "image.repository=registry.example/reports-pipeline",
+                                    "image.tag=0.1.0-rc1"),
+}
+
+
+@pytest.fixture(scope="module", params=list(VALUE_SETS))
+def rendered(request: pytest.FixtureRequest, helm: str) -> Iterator[list[dict[str, Any]]]:
+    yield render(helm, *VALUE_SETS[request.param])
+
+
+def test_every_manifest_is_valid_kubernetes(rendered: list[dict[str, Any]]) -> None:
+    assert rendered
+    for doc in rendered:
+        for version in KUBERNETES:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as err:
+                pytest.fail(f"{doc['kind']} {doc['metadata']['name']} on {version}:"
+                            f" {err.message} at {list(err.path)}")
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def verify_signed(cert: x509.Certificate, ca: x509.Certificate) -> None:
+    key = ca.public_key()
+    assert cert.signature_hash_algorithm is not None
+    if isinstance(key, rsa.RSAPublicKey):
+        key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(),
+                   cert.signature_hash_algorithm)
+    else:
+        assert isinstance(key, ec.EllipticCurvePublicKey)
+        key.verify(cert.signature, cert.tbs_certificate_bytes,
+                   ec.ECDSA(cert.signature_hash_algorithm))
+
+
+def test_the_generated_certificate_is_what_the_apiservices_trust(helm: str) -> None:
+    docs = render(helm)
+    secrets = by_kind(docs, "Secret")
+    tls = secrets["reports-pipeline-tls"]
+    assert tls["type"] == "kubernetes.io/tls"
+    cert = x509.load_pem_x509_certificate(base64.b64decode(tls["data"]["tls.crt"]))
+    names = cert.extensions.get_extension_for_oid(
+        ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value.get_values_for_type(x509.DNSName)
+    # the name the aggregator dials: <service>.<namespace>.svc
+    assert f"reports-pipeline.{NAMESPACE}.svc" in names
+    apiservices = by_kind(docs, "APIService")
+    assert set(apiservices) == {"v1alpha2.wgpolicyk8s.io", "v1.reports.kyverno.io",
+                                "v1alpha1.openreports.io"}
+    for apiservice in apiservices.values():
+        ca = x509.load_pem_x509_certificate(base64.b64decode(apiservice["spec"]["caBundle"]))
+        verify_signed(cert, ca)
+        assert apiservice["spec"]["service"] == {"name": "reports-pipeline",
+                                                 "namespace": NAMESPACE, "port": 443}
+        # nothing keeps it after uninstall
+        assert "helm.sh/resource-policy" not in apiservice["metadata"].get("annotations", {})
+    # the frontend serves that certificate, reads the front-proxy CA from the
+    # cluster, and is ready only while serving
+    frontend = by_kind(docs, "Deployment")["reports-pipeline-frontend"]["spec"]["template"]
+    [container] = frontend["spec"]["containers"]
+    assert "--front-proxy-ca-from-cluster" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    [tls_volume] = [v for v in frontend["spec"]["volumes"] if v["name"] == "tls"]
+    assert tls_volume["secret"]["secretName"] == "reports-pipeline-tls"
+    # and may read that CA
+    reader = by_kind(docs, "RoleBinding")["reports-pipeline:auth-reader"]
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+
+
+def test_each_render_issues_a_new_serving_certificate(helm: str) -> None:
+    first, second = (by_kind(render(helm), "Secret")["reports-pipeline-tls"] for _ in range(2))
+    assert first["data"]["tls.crt"] != second["data"]["tls.crt"]
+
+
+def test_an_own_certificate_is_used_as_given(helm: str) -> None:
+    docs = render(helm, *VALUE_SETS["own certificate and secrets"])
+    assert not by_kind(docs, "Secret")
+    for apiservice in by_kind(docs, "APIService").values():
+        assert apiservice["spec"]["caBundle"] == "Y2E="
+    frontend = by_kind(docs, "Deployment")["reports-pipeline-frontend"]["spec"]["template"]
+    [tls_volume] = [v for v in frontend["spec"]["volumes"] if v["name"] == "tls"]
+    assert tls_volume["secret"]["secretName"] == "reports-tls"
+    [container] = frontend["spec"]["containers"]
+    assert container["image"] == "registry.example/reports-pipeline:0.1.0-rc1"
+
+
+def test_an_own_certificate_without_its_ca_is_refused(helm: str) -> None:
+    done = subprocess.run([helm, "template", "rp", str(CHART), "--set",
+                           "tls.existingSecret=reports-tls"], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "tls.existingSecret needs tls.caBundle" in done.stderr
+
+
+def test_the_default_image_is_the_projects_version(helm: str) -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for deployment in by_kind(render(helm), "Deployment").values():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == f"reports-pipeline:{version}"
+
+
+def test_helm_lint_is_clean(helm: str) -> None:
+    for values in VALUE_SETS.values():
+        sets = [arg for value in values for arg in ("--set", value)]
+        done = subprocess.run([helm, "lint", "--strict", str(CHART), *sets],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
