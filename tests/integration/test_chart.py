@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import tomllib
@@ -165,3 +167,20 @@ def test_helm_lint_is_clean(helm: str) -> None:
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
+
+
+def test_readmes_install_command_renders(helm: str) -> None:
+    """README's `helm install`, as `helm template` (no cluster here)."""
+    readme = (ROOT / "README.md").read_text()
+    helm_part = readme[readme.index("### Helm"):readme.index("### docker-compose")]
+    [block] = re.findall(r"```sh\n(.*?)```", helm_part, flags=re.S)
+    command = shlex.split(block.replace("\\\n", " ").replace("$REGISTRY", "registry.example"))
+    assert command[:2] == ["helm", "install"]
+    args = [str(ROOT / a) if a.startswith("deploy/") else a for a in command[2:]]
+    args = [a for a in args if a != "--create-namespace"]
+    done = subprocess.run([helm, "template", *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    [container] = by_kind(docs, "Deployment")["reports-pipeline-frontend"]["spec"]["template"][
+        "spec"]["containers"]
+    assert container["image"].startswith("registry.example/reports-pipeline:")
