@@ -90,8 +90,11 @@ class FromStatus(ApiError):
 
 
 def invalid(kind: str, name: str, group: str, causes: list[JSON]) -> Invalid:
-    summary = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
-    return Invalid(f'{kind} "{name}" is invalid: {summary}', causes=causes,
+    """422 as the kube-apiserver words it for a custom resource:
+    ``Kind.group "name" is invalid: cause`` (several in brackets)."""
+    each = [f"{c['field']}: {c['message']}" for c in causes]
+    summary = each[0] if len(each) == 1 else "[" + ", ".join(each) + "]"
+    return Invalid(f'{kind}.{group} "{name}" is invalid: {summary}', causes=causes,
                    details={"name": name, "group": group, "kind": kind})
 
 

@@ -58,7 +58,8 @@ RESULT = _s("One result of applying a policy rule to resources.", "object", requ
     "category": _s("Category of the policy or rule."),
     "severity": _s("Severity: critical, high, medium, low or info.",
                    enum=["critical", "high", "medium", "low", "info"]),
-    "timestamp": _s("When the result was produced.", "object", properties={
+    "timestamp": _s("When the result was produced.", "object", required=["nanos", "seconds"],
+                    properties={
         "seconds": _s("Seconds since the Unix epoch.", "integer", format="int64"),
         "nanos": _s("Nanoseconds within the second.", "integer", format="int32")}),
     "result": _s("Status: pass, fail, warn, error or skip.",
@@ -80,15 +81,17 @@ def _body(r: ResourceType) -> JSON:
     }
     if r.body_path:
         props["owner"] = _owner_ref("The resource the report is about.")
-        return {"spec": _s("The report.", "object", properties=props)}
+        return {"spec": _s("The report.", "object", required=["owner"], properties=props)}
     props["scope"] = _object_ref("The resource the report is about.")
     props["scopeSelector"] = _label_selector("Selects the resources the report is about.")
     if r.group == "openreports.io":
         props["source"] = _s("The tool that produced the report.")
-        props["configuration"] = _s("How the report was produced.", "object", properties={
+        props["configuration"] = _s("How the report was produced.", "object",
+                                    required=["limits"], properties={
             "limits": _s("Limits applied to the report.", "object", properties={
                 "maxResults": _s("Most results kept.", "integer"),
-                "statusFilter": _s("Statuses kept.", "array", items={"type": "string"})})})
+                "statusFilter": _s("Statuses kept.", "array", items=_s(
+                    "A status kept.", enum=["pass", "fail", "warn", "error", "skip"]))})})
     return props
 
 
@@ -275,6 +278,11 @@ def _walk(schema: JSON, value: Any, path: str, found: list[str], prune: bool) ->
         return [_walk(schema["items"], v, f"{path}[{i}]", found, prune)
                 for i, v in enumerate(value)]
     return value
+
+
+def resolved(rtype: ResourceType) -> JSON:
+    """The resource's schema with every reference resolved."""
+    return _resolved(rtype.id)
 
 
 def unknown_fields(rtype: ResourceType, obj: JSON) -> list[str]:

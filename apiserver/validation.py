@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from apiserver import schema
 from apiserver.errors import BadRequest, cause, invalid
 from apiserver.selectors import label_key_errors, label_value_errors
 from pipeline import objects
@@ -73,6 +74,7 @@ def check_object(rtype: ResourceType, obj: JSON, *, namespace: str | None,
             causes += [cause("metadata.name", f'Invalid value: "{given_name}": {e}')
                        for e in objects.name_errors(given_name)]
     causes += _metadata_causes(meta)
+    causes += schema.causes(rtype, obj)
     if causes:
         raise invalid(rtype.kind, str(given_name or ""), rtype.group, causes)
     out = dict(obj)
