@@ -18,7 +18,16 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from apiserver import analytics, discovery, openapi, patching, tables, validation, watching
+from apiserver import (
+    analytics,
+    deleteoptions,
+    discovery,
+    openapi,
+    patching,
+    tables,
+    validation,
+    watching,
+)
 from apiserver.changelog import Cached
 from apiserver.errors import (
     ApiError,
@@ -161,6 +170,11 @@ class Handlers:
             return value
         raise UnsupportedMediaType(f"the body of the request was in an unknown format: {media}")
 
+    async def _delete_options(self, request: Request) -> deleteoptions.DeleteOptions:
+        body = await self._body(request) if await _has_body(request) else None
+        return deleteoptions.parse(body, request.query_params,
+                                   request.query_params.getlist("dryRun"))
+
     def _checked(self, request: Request, rtype: ResourceType, obj: JSON, *, namespace: str,
                  name: str | None, warnings: list[str]) -> JSON:
         obj = validation.check_object(rtype, obj, namespace=namespace, name=name)
@@ -215,8 +229,10 @@ class Handlers:
             return _object_response(rtype, kind, created, 201, warnings)
         if method == "DELETE":
             kind = wants(request)
+            options = await self._delete_options(request)
             rv, deleted = await self._service.delete_collection(
-                self._query(request, target), dry_run=_dry_run(request))
+                self._query(request, target), dry_run=options.dry_run,
+                finalizer=options.finalizer)
             return await _list_response(rtype, kind, ListResult(rv, _items(deleted)))
         raise MethodNotAllowed(f"{method} is not supported on a collection")
 
@@ -253,15 +269,10 @@ class Handlers:
                 dry_run=_dry_run(request))
             return _object_response(rtype, kind, obj, 201 if created else 200, warnings)
         if method == "DELETE":
-            pre: JSON = {}
-            dry_run = _dry_run(request)
-            if await _has_body(request):
-                options = await self._body(request)
-                given = options.get("preconditions")
-                if isinstance(given, dict):
-                    pre = {k: v for k, v in given.items() if k in ("uid", "resourceVersion")}
-                dry_run = dry_run or options.get("dryRun") == ["All"]
-            deleted = await self._service.delete(rtype, ns, name, pre, dry_run=dry_run)
+            options = await self._delete_options(request)
+            deleted = await self._service.delete(rtype, ns, name, options.preconditions,
+                                                 dry_run=options.dry_run,
+                                                 finalizer=options.finalizer)
             return _object_response(rtype, kind, deleted)
         raise MethodNotAllowed(f"{method} is not supported on an object")
 

@@ -260,19 +260,20 @@ class ReportService:
                        " try again")
 
     async def delete(self, rtype: ResourceType, namespace: str, name: str,
-                     preconditions: JSON, *, dry_run: bool = False) -> JSON:
+                     preconditions: JSON, *, dry_run: bool = False, finalizer: str = "") -> JSON:
         return await self._write(op="delete", resource=rtype.id, namespace=namespace,
-                                 name=name, preconditions=preconditions, dry_run=dry_run)
+                                 name=name, preconditions=preconditions, dry_run=dry_run,
+                                 finalizer=finalizer)
 
-    async def delete_collection(self, query: ListQuery, *, dry_run: bool = False
-                                ) -> tuple[int, list[JSON]]:
+    async def delete_collection(self, query: ListQuery, *, dry_run: bool = False,
+                                finalizer: str = "") -> tuple[int, list[JSON]]:
         listed = await self.list_objects(query)
         targets = [item async for item in listed.items]
         deleted = []
         for item in targets:
             try:
                 deleted.append(await self.delete(query.rtype, item.namespace, item.name, {},
-                                                 dry_run=dry_run))
+                                                 dry_run=dry_run, finalizer=finalizer))
             except FromStatus as err:
                 if err.code != 404:
                     raise

@@ -141,10 +141,16 @@ def _delete(req: WriteRequest, live: Current, rv: int) -> Decision:
             req, f"Precondition failed: ResourceVersion in precondition:"
                  f" {pre['resourceVersion']}, ResourceVersion in object meta:"
                  f" {live.resource_version}")))
-    if meta.get("finalizers"):
-        if meta.get("deletionTimestamp"):
+    finalizers = list(meta.get("finalizers") or [])
+    added = bool(req.finalizer) and req.finalizer not in finalizers
+    if added:
+        # the garbage collector's, for a Foreground or Orphan deletion
+        finalizers.append(req.finalizer)
+    if finalizers:
+        if meta.get("deletionTimestamp") and not added:
             return Decision(Reply(req.id, live.resource_version, obj=live.obj))
-        obj = _with_meta(live.obj, deletionTimestamp=req.now, resourceVersion=str(rv))
+        obj = _with_meta(live.obj, deletionTimestamp=meta.get("deletionTimestamp") or req.now,
+                         finalizers=finalizers, resourceVersion=str(rv))
         return _commit(req, "MODIFIED", obj, rv)
     obj = _with_meta(live.obj, resourceVersion=str(rv))
     return _commit(req, "DELETED", obj, rv)

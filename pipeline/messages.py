@@ -48,13 +48,16 @@ class WriteRequest:
     preconditions: JSON = field(default_factory=dict)
     #: Decide and answer, but commit nothing (``dryRun=All``).
     dry_run: bool = False
+    #: a delete's garbage-collector finalizer to add (``foregroundDeletion`` or
+    #: ``orphan``, from its propagation policy), or ""
+    finalizer: str = ""
 
     def encode(self) -> bytes:
         return orjson.dumps({
             "id": self.id, "op": self.op, "resource": self.resource,
             "namespace": self.namespace, "name": self.name, "replyTo": self.reply_to,
             "now": self.now, "object": self.obj, "preconditions": self.preconditions,
-            "dryRun": self.dry_run,
+            "dryRun": self.dry_run, "finalizer": self.finalizer,
         })
 
     @classmethod
@@ -64,7 +67,7 @@ class WriteRequest:
             return cls(id=v["id"], op=v["op"], resource=v["resource"], namespace=v["namespace"],
                        name=v["name"], reply_to=v["replyTo"], now=v["now"], obj=v.get("object"),
                        preconditions=v.get("preconditions") or {},
-                       dry_run=bool(v.get("dryRun")))
+                       dry_run=bool(v.get("dryRun")), finalizer=v.get("finalizer") or "")
         except KeyError as err:
             raise DecodeError(f"request lacks {err}") from err
 

@@ -93,3 +93,34 @@ async def test_what_the_schema_accepts_reads_back_unchanged(api: httpx.AsyncClie
     for field in ("results", "summary", "scope"):
         assert back.get(field) == obj.get(field)
     assert (await api.delete(f"{PATH}/{name}")).status_code == 200
+
+
+async def test_delete_options_are_checked_before_anything_is_deleted(
+        api: httpx.AsyncClient) -> None:
+    await api.post(PATH, json=report(POLR, "keep", "ns"))
+    refused = [
+        (await api.request("DELETE", f"{PATH}/keep", json={"preconditions": 5}), 400),
+        (await api.request("DELETE", f"{PATH}/keep", content=b"{not json"), 400),
+        (await api.request("DELETE", f"{PATH}/keep",
+                           json={"propagationPolicy": "Sideways"}), 422),
+        (await api.delete(f"{PATH}/keep", params={"gracePeriodSeconds": "soon"}), 400),
+        (await api.delete(f"{PATH}/keep", params={"dryRun": "Some"}), 422),
+        (await api.delete(PATH, params={"propagationPolicy": "Sideways"}), 422),
+    ]
+    for response, code in refused:
+        assert response.status_code == code, response.text
+        assert response.json()["kind"] == "Status"
+    assert (await api.get(f"{PATH}/keep")).status_code == 200
+
+    # Foreground leaves the object to the garbage collector, with its finalizer
+    deleting = await api.request("DELETE", f"{PATH}/keep",
+                                 json={"kind": "DeleteOptions", "apiVersion": "v1",
+                                       "propagationPolicy": "Foreground"})
+    assert deleting.status_code == 200, deleting.text
+    meta = (await api.get(f"{PATH}/keep")).json()["metadata"]
+    assert meta["finalizers"] == ["foregroundDeletion"] and meta["deletionTimestamp"]
+    await api.post(PATH, json=report(POLR, "gone", "ns"))
+    assert (await api.delete(f"{PATH}/gone", params={"propagationPolicy": "Background",
+                                                    "gracePeriodSeconds": "30"})
+            ).status_code == 200
+    assert (await api.get(f"{PATH}/gone")).status_code == 404

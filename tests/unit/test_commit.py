@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pipeline.commit import Current, current_after, decide
 from pipeline.messages import WriteRequest
 from pipeline.resources import RESOURCES
@@ -116,3 +118,20 @@ def test_finalizers_delay_deletion_until_removed() -> None:
     released = dict(cur.obj, metadata={**cur.obj["metadata"], "finalizers": []})
     d2 = decide(req("update", "u", released), cur, 7)
     assert d2.change is not None and d2.change.type == "DELETED"
+
+
+def test_foreground_and_orphan_deletions_leave_the_garbage_collectors_finalizer() -> None:
+    created = decide(req("create", "c", report(POLR, "a", "ns")), None, 5)
+    assert created.change is not None
+    cur = current_after(created.change)
+    for finalizer in ("foregroundDeletion", "orphan"):
+        d = decide(replace(req("delete", "d"), finalizer=finalizer), cur, 6)
+        assert d.change is not None and d.change.type == "MODIFIED"
+        meta = d.change.obj["metadata"]
+        assert meta["finalizers"] == [finalizer] and meta["deletionTimestamp"] == NOW
+        # asked again while deleting: nothing new to record
+        again = decide(replace(req("delete", "d2"), finalizer=finalizer),
+                       current_after(d.change), 7)
+        assert again.change is None
+    background = decide(req("delete", "d"), cur, 6)
+    assert background.change is not None and background.change.type == "DELETED"
