@@ -34,6 +34,7 @@ from starlette.types import ASGIApp
 
 from apiserver.app import create_app
 from apiserver.changelog import ChangeLog
+from apiserver.httpprotocol import protocol
 from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, write_kubeconfig
 from apiserver.writes import Writer
@@ -136,15 +137,16 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def https_config(app: ASGIApp, *, cert: Path, key: Path, client_ca: Path | None
-                 ) -> uvicorn.Config:
+def https_config(app: ASGIApp, *, cert: Path, key: Path, client_ca: Path | None,
+                 settings: Settings | None = None) -> uvicorn.Config:
     """The frontend's HTTPS listener; with ``client_ca`` (the aggregator's
     front-proxy CA) every client must present a certificate it signed."""
+    limits = settings or Settings()
     tls: dict[str, Any] = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
     if client_ca is not None:
         tls.update(ssl_ca_certs=str(client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                          http="httptools",
+                          http=protocol(limits.max_url_bytes, limits.max_header_bytes),
                           timeout_graceful_shutdown=10, **tls)
 
 
@@ -303,7 +305,8 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
         client_ca.write_text(front_proxy_pem)
     sock = options.sock or listen(options.host, options.port)
     port = sock.getsockname()[1]
-    server = _Server(https_config(system.app, cert=cert, key=key, client_ca=client_ca))
+    server = _Server(https_config(system.app, cert=cert, key=key, client_ca=client_ca,
+                                  settings=system.settings))
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
     refreshing = None
     try:

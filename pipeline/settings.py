@@ -39,6 +39,14 @@ class Settings:
     max_body_bytes: int = 3 * 1024 * 1024
     """REPORTS_MAX_BODY_BYTES: largest request body accepted (413 beyond)."""
 
+    max_url_bytes: int = 32 * 1024
+    """REPORTS_MAX_URL_BYTES: longest request URL, query included (414 beyond)."""
+
+    max_header_bytes: int = 48 * 1024
+    """REPORTS_MAX_HEADER_BYTES: largest request headers, all together (431
+    beyond). URL and headers together stay under 80 KiB, where the HTTP parser
+    stops on its own."""
+
     materialize_batch: int = 500
     """REPORTS_MATERIALIZE_BATCH: most changes written to ClickHouse in one insert."""
 
