@@ -23,6 +23,7 @@ from apiserver import (
     deleteoptions,
     discovery,
     openapi,
+    openapipb,
     patching,
     tables,
     validation,
@@ -113,6 +114,16 @@ def wants(request: Request, *, collection: bool = False) -> str:
         return "yaml" if media == "application/yaml" else "json"
     raise NotAcceptable(f"only application/json, application/yaml, Table and"
                         f" PartialObjectMetadata are served, not {accept!r}")
+
+
+def _accepts_json(accept: str) -> bool:
+    if not accept.strip():
+        return True
+    for part in accept.split(","):
+        media = part.split(";")[0].strip().lower()
+        if media in ("application/json", "application/*", "*/*"):
+            return True
+    return False
 
 
 def _query_flag(request: Request, name: str) -> bool:
@@ -313,14 +324,24 @@ def _represent(rtype: ResourceType, kind: str, obj: JSON) -> JSON:
     return obj
 
 
+def warning_header(text: str) -> str:
+    """A ``Warning`` header value as the kube-apiserver writes it: code 299,
+    no agent, the text as an RFC 9110 quoted-string."""
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{quoted}"'
+
+
 def _object_response(rtype: ResourceType, kind: str, obj: JSON, status: int = 200,
                      warnings: list[str] | None = None) -> Response:
-    headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
     body = _represent(rtype, kind, obj)
     if kind == "yaml":
-        return Response(yaml.safe_dump(body, sort_keys=False), status_code=status,
-                        media_type="application/yaml", headers=headers)
-    return json_response(body, status, headers)
+        response = Response(yaml.safe_dump(body, sort_keys=False), status_code=status,
+                            media_type="application/yaml")
+    else:
+        response = json_response(body, status)
+    for text in warnings or ():
+        response.headers.append("Warning", warning_header(text))  # one header each
+    return response
 
 
 async def _list_response(rtype: ResourceType, kind: str, result: ListResult) -> Response:
@@ -449,7 +470,15 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
         return json_response(discovery.SERVER_VERSION)
 
     async def openapi_v2(request: Request) -> Response:
-        return Response(openapi.v2(), media_type="application/json")
+        # kubectl asks for the protobuf form (its validation of kinds that
+        # OpenAPI v3 does not have); JSON for everyone else
+        accept = request.headers.get("accept", "")
+        if _accepts_json(accept):
+            return Response(openapi.v2(), media_type="application/json")
+        if any(media in accept for media in openapipb.ACCEPTED):
+            return Response(openapipb.v2(), media_type=openapipb.MEDIA_TYPE)
+        raise NotAcceptable(f"/openapi/v2 is served as application/json and"
+                            f" {openapipb.MEDIA_TYPE}, not {accept!r}")
 
     async def openapi_v3_index(request: Request) -> Response:
         return Response(openapi.v3_index(), media_type="application/json")
