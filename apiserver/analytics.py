@@ -1,18 +1,24 @@
 """Read-only SQL over the project's ClickHouse tables, for analysts and the
-``trends`` command when ClickHouse is embedded in the running system."""
+``trends`` command when ClickHouse is embedded in the running system. Each
+query is bounded (REPORTS_ANALYTICS_*: time, rows, memory, threads), runs on
+threads of its own, and is stopped when its client goes away."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from apiserver.errors import BadRequest, Unavailable
-from pipeline.store import QueryError, ReportStore, StoreError
+from apiserver.errors import BadRequest, Timeout, Unavailable
+from pipeline.store import AnalyticsTimeout, QueryError, ReportStore, StoreError
 
 PATH = "/analytics/v1/query"
+#: how often a running query checks that its client is still there
+POLL_SECONDS = 0.25
 
 
 def _default(value: Any) -> Any:
@@ -30,12 +36,24 @@ def endpoint(store: ReportStore) -> Any:
         params = body.get("parameters") or {}
         if not isinstance(params, dict):
             raise BadRequest("parameters must be an object")
+        tag = str(uuid.uuid4())
+        running = asyncio.ensure_future(store.analytics(body["query"], params, tag=tag))
         try:
-            columns, rows = await store.analytics(body["query"], params)
+            # a client that goes away takes its query with it
+            while not (await asyncio.wait({running}, timeout=POLL_SECONDS))[0]:
+                if await request.is_disconnected():
+                    await store.cancel_analytics(tag)
+                    break
+            columns, rows = await running
+        except AnalyticsTimeout as err:
+            raise Timeout(str(err)) from err
         except QueryError as err:
             raise BadRequest(f"the query failed: {err}") from err
         except StoreError as err:
             raise Unavailable(f"storage is unavailable: {err}", retry_after=1) from err
+        finally:
+            if not running.done():
+                await store.cancel_analytics(tag)
         return Response(orjson.dumps({"columns": columns, "rows": rows}, default=_default,
                                      option=orjson.OPT_PASSTHROUGH_DATETIME),
                         media_type="application/json")

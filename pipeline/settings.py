@@ -95,6 +95,20 @@ class Settings:
     kafka_heap: str = "512m"
     """REPORTS_KAFKA_HEAP: Java heap of the embedded Kafka broker."""
 
+    analytics_timeout: float = 30.0
+    """REPORTS_ANALYTICS_TIMEOUT: seconds an analytics query may run (then 504)."""
+
+    analytics_max_rows: int = 100_000
+    """REPORTS_ANALYTICS_MAX_ROWS: most rows an analytics query may return."""
+
+    analytics_max_memory_mb: int = 1024
+    """REPORTS_ANALYTICS_MAX_MEMORY_MB: memory one analytics query may use."""
+
+    analytics_threads: int = 1
+    """REPORTS_ANALYTICS_THREADS: ClickHouse threads one analytics query may use,
+    and how many analytics queries run at once; they never run on the threads
+    that serve the API and the pipeline."""
+
     chdb_cache_mb: int = 256
     """REPORTS_CHDB_CACHE_MB: memory the embedded ClickHouse (chDB) may keep in
     its caches (marks, primary indexes, compiled expressions, query conditions),

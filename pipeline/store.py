@@ -65,6 +65,27 @@ class QueryError(ValueError):
     """An analyst's query was refused or failed."""
 
 
+class AnalyticsTimeout(QueryError):
+    """An analytics query ran longer than it may."""
+
+
+def _analytics_error(err: Exception, settings: Settings) -> QueryError:
+    """What an analyst is told when ClickHouse refuses or stops a query."""
+    text = str(err)
+    if "TIMEOUT_EXCEEDED" in text:
+        return AnalyticsTimeout(f"the query ran longer than {settings.analytics_timeout:g} s"
+                                " (REPORTS_ANALYTICS_TIMEOUT) and was stopped")
+    if "TOO_MANY_ROWS_OR_BYTES" in text:
+        return QueryError(f"the result has more than {settings.analytics_max_rows} rows"
+                          " (REPORTS_ANALYTICS_MAX_ROWS): aggregate, or add a LIMIT")
+    if "MEMORY_LIMIT_EXCEEDED" in text:
+        return QueryError(f"the query needs more than {settings.analytics_max_memory_mb} MB"
+                          " (REPORTS_ANALYTICS_MAX_MEMORY_MB)")
+    if "QUERY_WAS_CANCELLED" in text:
+        return QueryError("the query was cancelled")
+    return QueryError(text)
+
+
 @dataclass(frozen=True)
 class StoredObject:
     resource_version: int
@@ -196,10 +217,13 @@ class ReportStore:
         self._clients: list[Client] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="clickhouse")
+        # analysts' queries never wait for, nor hold up, the API's and the pipeline's
+        self._analytics_pool = ThreadPoolExecutor(
+            max_workers=max(1, settings.analytics_threads), thread_name_prefix="analytics")
 
     # -- connection ---------------------------------------------------------
     def _connect(self, database: str | None, *, readonly: bool = False) -> Client:
-        settings = {"readonly": "1"} if readonly else None
+        settings = self._analytics_limits() if readonly else None
         if self._settings.clickhouse_url:
             client = clickhouse_connect.get_client(dsn=self._settings.clickhouse_url,
                                                    database=database or "default",
@@ -268,24 +292,55 @@ class ReportStore:
             client.insert("schema_migrations", [[number, name]], column_names=["version", "name"])
             log.info("applied migration %s", name)
 
-    async def analytics(self, sql: str, parameters: dict[str, Any] | None = None
-                        ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """A read-only query for analysts: (column names, rows). Runs on a client
-        whose session is ``readonly``, so it cannot change anything."""
+    def _analytics_limits(self) -> dict[str, str]:
+        """An analysts' session: bounded in time, rows, memory and threads, and
+        read-only last (after which no setting can be changed)."""
+        s = self._settings
+        return {"max_execution_time": str(max(1, int(s.analytics_timeout))),
+                "max_result_rows": str(s.analytics_max_rows),
+                "result_overflow_mode": "throw",
+                "max_memory_usage": str(s.analytics_max_memory_mb * 1024 * 1024),
+                "max_threads": str(max(1, s.analytics_threads)),
+                "readonly": "1"}
+
+    async def analytics(self, sql: str, parameters: dict[str, Any] | None = None, *,
+                        tag: str = "") -> tuple[list[str], list[tuple[Any, ...]]]:
+        """A read-only query for analysts: (column names, rows). Runs on its own
+        threads, on a client whose session is ``readonly`` and bounded
+        (REPORTS_ANALYTICS_*), so it cannot change anything or run away;
+        ``tag`` names it for ``cancel_analytics``."""
+        marked = f"/* analytics:{tag} */ {sql}" if tag else sql
+
         def query() -> tuple[list[str], list[tuple[Any, ...]]]:
             client = getattr(self._local, "readonly", None)
             if client is None:
                 client = self._local.readonly = self._connect(self._settings.database,
                                                               readonly=True)
             try:
-                result = client.query(sql, parameters=parameters or {})
+                result = client.query(marked, parameters=parameters or {})
             except ClickHouseError as err:
-                raise QueryError(str(err)) from err
+                raise _analytics_error(err, self._settings) from err
             return list(result.column_names), [tuple(r) for r in result.result_rows]
-        return await asyncio.get_running_loop().run_in_executor(self._pool, query)
+        return await asyncio.get_running_loop().run_in_executor(self._analytics_pool, query)
+
+    async def cancel_analytics(self, tag: str) -> None:
+        """Stop the analytics query ``tag`` (its client went away)."""
+        if not re.fullmatch(r"[0-9a-f-]+", tag):
+            raise ValueError(f"not a query tag: {tag!r}")
+
+        def kill() -> None:
+            admin = self._connect(None)
+            try:
+                admin.command(f"KILL QUERY WHERE query LIKE '/* analytics:{tag} */%' ASYNC")
+            finally:
+                with self._lock:
+                    self._clients.remove(admin)
+                admin.close()
+        await asyncio.get_running_loop().run_in_executor(None, kill)
 
     async def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._analytics_pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             for client in self._clients:
                 try:
