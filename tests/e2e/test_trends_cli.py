@@ -44,4 +44,4 @@ def test_trends_against_a_running_system(up, tmp_path) -> None:  # type: ignore[
 
     bad = trends("--data-dir", str(tmp_path / "nowhere"))
     assert bad.returncode == 1 and "is `reports-pipeline up" in bad.stderr
-    assert trends("--window", "soon").returncode == 1
+    assert trends("--window", "soon").returncode == 2  # a usage error
