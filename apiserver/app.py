@@ -3,7 +3,6 @@ negotiation, and one error handler that renders every failure as a Status."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from apiserver import (
     analytics,
@@ -29,6 +28,8 @@ from apiserver import (
     validation,
     watching,
 )
+from apiserver.authn import Authentication, RequestHeaders, TokenReviewer
+from apiserver.authz import AccessReviewer, Authorization
 from apiserver.changelog import Cached
 from apiserver.errors import (
     ApiError,
@@ -37,13 +38,15 @@ from apiserver.errors import (
     NotAcceptable,
     NotFound,
     RequestEntityTooLarge,
-    Unauthorized,
     UnsupportedMediaType,
     cause,
     invalid,
 )
+from apiserver.instrumentation import Instrumented
+from apiserver.responses import error_response, json_response
 from apiserver.selectors import parse_field_selector, parse_label_selector
 from apiserver.service import Item, ListQuery, ListResult, ReportService
+from pipeline import metrics
 from pipeline.resources import ResourceType, by_path
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
@@ -51,17 +54,6 @@ from pipeline.store import ReportStore
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 META_GROUP = "meta.k8s.io"
-
-
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None
-                  ) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json",
-                    headers=headers)
-
-
-def error_response(err: ApiError) -> Response:
-    headers = {"Retry-After": str(err.retry_after)} if err.retry_after is not None else None
-    return json_response(err.status(), err.code, headers)
 
 
 @dataclass(frozen=True)
@@ -417,34 +409,19 @@ async def _has_body(request: Request) -> bool:
         "transfer-encoding", "")
 
 
-class Authn:
-    """ASGI middleware: who may call. With a token (the embedded kubeconfig),
-    every request must carry it; without one the listener requires client
-    certificates from the aggregator's front-proxy CA, and requests must name
-    the user the aggregator authenticated in ``X-Remote-User``."""
+@dataclass(frozen=True)
+class Access:
+    """Who may call and what they may do (``apiserver.authn``, ``apiserver.authz``)."""
 
-    OPEN = ("/healthz", "/livez", "/readyz")
-
-    def __init__(self, app: ASGIApp, token: str | None):
-        self._app = app
-        self._expected = f"Bearer {token}".encode() if token else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.OPEN:
-            headers = dict(scope["headers"])
-            if self._expected is not None:
-                ok = hmac.compare_digest(headers.get(b"authorization", b""), self._expected)
-            else:
-                ok = bool(headers.get(b"x-remote-user"))
-            if not ok:
-                response = error_response(Unauthorized("Unauthorized"))
-                await response(scope, receive, send)
-                return
-        await self._app(scope, receive, send)
+    token: str | None = None  # the embedded kubeconfig's bearer token
+    request_headers: RequestHeaders | None = None  # trusted with a front-proxy CA
+    review_token: TokenReviewer | None = None
+    review_access: AccessReviewer | None = None
+    cache_seconds: float = 10.0
 
 
 def create_app(service: ReportService, settings: Settings, *, token: str | None = None,
-               store: ReportStore | None = None) -> ASGIApp:
+               store: ReportStore | None = None, access: Access | None = None) -> ASGIApp:
     handlers = Handlers(service, settings)
 
     async def api(request: Request) -> Response:
@@ -492,6 +469,10 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
     async def healthz(request: Request) -> Response:
         return Response(b"ok", media_type="text/plain")
 
+    async def metrics_page(request: Request) -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, headers={"Content-Type": content_type})
+
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return error_response(exc)
@@ -516,10 +497,13 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
         Route("/openapi/v2", openapi_v2), Route("/openapi/v3", openapi_v3_index),
         Route("/openapi/v3/apis/{group}/{version}", openapi_v3),
         Route("/version", version), Route("/healthz", healthz), Route("/livez", healthz),
-        Route("/readyz", healthz),
+        Route("/readyz", healthz), Route("/metrics", metrics_page),
     ]
     if store is not None:
         routes.append(Route(analytics.PATH, analytics.endpoint(store), methods=["POST"]))
     app = Starlette(routes=routes, exception_handlers={
         ApiError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected})
-    return Authn(app, token)
+    access = access or Access(token=token)
+    return Instrumented(Authentication(
+        Authorization(app, access.review_access, access.cache_seconds), access.token,
+        access.request_headers, access.review_token))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from apiserver.errors import Unavailable
-from pipeline import kafka
+from pipeline import kafka, metrics
 from pipeline.messages import Change
 from pipeline.objects import identity
 from pipeline.settings import Settings
@@ -68,6 +69,8 @@ class Event:
     change: Cached
     #: The key's previous version, when the cache still held it.
     previous: Cached | None = None
+    #: when the change was committed (its record's time, Unix seconds)
+    at: float = 0.0
 
 
 class Expired(Exception):
@@ -133,6 +136,11 @@ class ChangeLog:
         self._consumer.seek(self._tp, start)
         self._position = start
         self._task = asyncio.create_task(self._run(), name="changelog-tail")
+        metrics.CACHE_AGE.set_function(self._age)
+
+    def _age(self) -> float:
+        """Seconds since the oldest cached change was committed."""
+        return time.time() - self._events[0].at if self._events else 0.0
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -167,7 +175,7 @@ class ChangeLog:
                 key = identity(change.obj)
                 before = self._latest.get(key)
                 event = Event(key, Cached.of(change, record.value),
-                              before.change if before else None)
+                              before.change if before else None, record.timestamp / 1000)
                 self._append(event)
                 for sub in self._subscribers:
                     sub.offer(event)
@@ -185,6 +193,7 @@ class ChangeLog:
             self._history = max(self._history, self._floor)
             if self._latest.get(old.key) is old:
                 del self._latest[old.key]
+        metrics.CACHE_EVENTS.set(len(self._events))
 
     async def wait_for(self, rv: int, timeout: float | None = None) -> None:
         """Wait until the change with resourceVersion ``rv`` has been read."""

@@ -48,6 +48,20 @@ class StatusProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
+        # the verified client certificate's common name, for authentication
+        # (a certificate the listener's CA did not sign fails the handshake)
+        self.scope["extensions"] = {"tls": {"client_cn": self._client_cn()}}
+
+    def _client_cn(self) -> str | None:
+        if not hasattr(self, "_peer_cn"):
+            peer = None
+            ssl_object = self.transport.get_extra_info("ssl_object")
+            cert = ssl_object.getpeercert() if ssl_object is not None else None
+            if cert:
+                peer = next((value for rdn in cert.get("subject", ()) for key, value in rdn
+                             if key == "commonName"), "")
+            self._peer_cn: str | None = peer
+        return self._peer_cn
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)

@@ -16,6 +16,7 @@ from apiserver.changelog import Cached, ChangeLog, Expired
 from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, Timeout, Unavailable
 from apiserver.selectors import FieldSelector, LabelSelector
 from apiserver.writes import Writer
+from pipeline import metrics
 from pipeline.resources import ResourceType
 from pipeline.store import ReportStore, StoredObject, StoreError
 
@@ -206,7 +207,8 @@ class ReportService:
     # -- writes -----------------------------------------------------------
     async def _write(self, *, dry_run: bool = False, **kwargs: Any) -> JSON:
         await self.changelog.admit()
-        reply = await self._writer.submit(now=now_rfc3339(), dry_run=dry_run, **kwargs)
+        with metrics.WRITE_COMMIT_SECONDS.labels(kwargs.get("op", "")).time():
+            reply = await self._writer.submit(now=now_rfc3339(), dry_run=dry_run, **kwargs)
         if not dry_run:
             await self.changelog.wait_for(reply.resource_version)
         assert reply.obj is not None

@@ -33,6 +33,7 @@ from typing import Any
 import uvloop
 
 from apiserver import schema
+from apiserver.authn import RequestHeaders
 from bench.figures import Report
 from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
@@ -133,6 +134,53 @@ def existing_file(text: str) -> Path:
     return path
 
 
+def _access_flags(command: argparse.ArgumentParser, *, serve: bool) -> None:
+    """The delegated authentication and authorization flags of servers built on
+    k8s.io/apiserver, so the aggregator's path runs locally too."""
+    group = command.add_argument_group(
+        "authentication and authorization (as k8s.io/apiserver servers)")
+    trust = group.add_mutually_exclusive_group()
+    names = ["--requestheader-client-ca-file"] + (["--client-ca"] if serve else [])
+    trust.add_argument(*names, dest="client_ca", type=existing_file,
+                       help="trust the user named in request headers from clients with a"
+                            " certificate this CA signed (the aggregator's front-proxy CA)")
+    if serve:
+        trust.add_argument("--front-proxy-ca-from-cluster", action="store_true",
+                           help="in a pod: read that CA from kube-system/"
+                                "extension-apiserver-authentication with the pod's service"
+                                " account, and keep reading it")
+    group.add_argument("--requestheader-allowed-names", type=_names, metavar="NAMES", default="",
+                       help="common names the front-proxy client certificate may have,"
+                            " comma-separated (empty: any)")
+    group.add_argument("--requestheader-username-headers", type=_names, metavar="NAMES",
+                       default="X-Remote-User", help="headers naming the user")
+    group.add_argument("--requestheader-group-headers", type=_names, metavar="NAMES",
+                       default="X-Remote-Group", help="headers naming the user's groups")
+    group.add_argument("--requestheader-extra-headers-prefix", type=_names, metavar="NAMES",
+                       default="X-Remote-Extra-", help="prefixes of headers with the"
+                       " user's extra attributes")
+    group.add_argument("--authentication-kubeconfig", metavar="KUBECONFIG",
+                       help="check other bearer tokens with TokenReviews at this"
+                            " kube-apiserver (a kubeconfig file, or in-cluster)")
+    group.add_argument("--authorization-kubeconfig", metavar="KUBECONFIG",
+                       help="check every request with a SubjectAccessReview at this"
+                            " kube-apiserver (a kubeconfig file, or in-cluster); without"
+                            " it every authenticated user may do anything")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def _access_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"client_ca": args.client_ca,
+            "request_headers": RequestHeaders(
+                args.requestheader_username_headers, args.requestheader_group_headers,
+                args.requestheader_extra_headers_prefix, args.requestheader_allowed_names),
+            "authentication": args.authentication_kubeconfig,
+            "authorization": args.authorization_kubeconfig}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reports-pipeline", description=__doc__,
                                      formatter_class=_Help)
@@ -154,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1",
                     help="address the frontend listens on (0.0.0.0: every interface)")
     up.add_argument("--port", type=port, default=0, help="frontend port (0: any free one)")
+    _access_flags(up, serve=False)
 
     worker = sub.add_parser(
         "worker", help="run only the committer and the Faust agents", formatter_class=_Help,
@@ -181,15 +230,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="serving certificate (PEM)")
     serve.add_argument("--tls-key", type=existing_file, required=True,
                        help="its private key (PEM)")
-    trust = serve.add_mutually_exclusive_group()
-    trust.add_argument("--client-ca", type=existing_file,
-                       help="require client certificates signed by this CA (the aggregator's"
-                            " front-proxy CA); without it (or the next) a bearer token under"
-                            " --data-dir is required")
-    trust.add_argument("--front-proxy-ca-from-cluster", action="store_true",
-                       help="in a pod: read the front-proxy CA from kube-system/"
-                            "extension-apiserver-authentication with the pod's service"
-                            " account, and keep reading it (as k8s.io/apiserver servers do)")
+    _access_flags(serve, serve=True)
     serve.add_argument("--health-port", type=port,
                        help="also serve /livez and /readyz over plain HTTP on this port,"
                             " for the kubelet's probes")
@@ -355,8 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             options = ServeOptions(
                 args.data_dir, worker=False, host=args.host, sock=sock,
-                tls_cert=args.tls_cert, tls_key=args.tls_key, client_ca=args.client_ca,
-                write_kubeconfig=False,
+                tls_cert=args.tls_cert, tls_key=args.tls_key, write_kubeconfig=False,
+                **_access_options(args),
                 front_proxy=Cluster.from_env(os.environ)
                 if args.front_proxy_ca_from_cluster else None,
                 health_sock=None if args.health_port is None
@@ -364,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             _serve(run(settings, options))
             return 0
         with data_dir_lock(args.data_dir):
-            _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock)))
+            _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock,
+                                              **_access_options(args))))
         return 0
     except (StartupError, AlreadyRunning, ClusterError) as err:
         print(f"reports-pipeline {args.command}: {err}", file=sys.stderr)

@@ -32,7 +32,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from apiserver.app import create_app
+from apiserver.app import Access, create_app
+from apiserver.authn import RequestHeaders
 from apiserver.changelog import ChangeLog
 from apiserver.httpprotocol import protocol
 from apiserver.service import ReportService
@@ -40,8 +41,10 @@ from apiserver.tls import ensure_certificate, ensure_token, write_kubeconfig
 from apiserver.writes import Writer
 from launcher.broker import BrokerError, KafkaBroker
 from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
-from pipeline import kafka
+from launcher.kubeapi import Reviews, endpoint
+from pipeline import kafka, metrics
 from pipeline.committing import CommitService
+from pipeline.lag import LagMonitor
 from pipeline.settings import Settings
 from pipeline.store import ReportStore, StoreError, redacted
 from pipeline.worker import build_app, build_committer
@@ -106,6 +109,11 @@ class ServeOptions:
     #: plain-HTTP /livez and /readyz for the kubelet's probes (the HTTPS
     #: listener may require client certificates the kubelet does not have)
     health_sock: socket.socket | None = None
+    #: the --requestheader-* flags (with client_ca or front_proxy)
+    request_headers: RequestHeaders | None = None
+    #: kubeconfig (or "in-cluster") for TokenReviews and SubjectAccessReviews
+    authentication: str | None = None
+    authorization: str | None = None
 
 
 class StartupError(RuntimeError):
@@ -144,7 +152,9 @@ def https_config(app: ASGIApp, *, cert: Path, key: Path, client_ca: Path | None,
     limits = settings or Settings()
     tls: dict[str, Any] = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
     if client_ca is not None:
-        tls.update(ssl_ca_certs=str(client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
+        # optional, as in k8s.io/apiserver: clients without one authenticate
+        # with a bearer token instead
+        tls.update(ssl_ca_certs=str(client_ca), ssl_cert_reqs=ssl.CERT_OPTIONAL)
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                           http=protocol(limits.max_url_bytes, limits.max_header_bytes),
                           timeout_graceful_shutdown=10, **tls)
@@ -156,7 +166,7 @@ class System:
     application."""
 
     def __init__(self, settings: Settings, data_dir: Path, *, worker: bool = True,
-                 frontend: bool = True, token: bool = True):
+                 frontend: bool = True, token: bool = True, access: Access | None = None):
         self.data_dir = data_dir.resolve()
         if not settings.instance_id:
             # One worker per data directory: its name is stable across restarts.
@@ -164,6 +174,7 @@ class System:
             settings = replace(settings, instance_id=f"{socket.gethostname()}-{digest}")
         self.settings = settings
         self._roles = (worker, frontend, token)
+        self._access = access
         self._stack = contextlib.AsyncExitStack()
         self.bootstrap = settings.kafka_bootstrap
         self.token = ""
@@ -207,6 +218,9 @@ class System:
                 bootstrap=self.bootstrap)
             await self.committer.start()
             stack.push_async_callback(self.committer.stop)
+            lag = LagMonitor(settings, store, bootstrap=self.bootstrap)
+            await lag.start()
+            stack.push_async_callback(lag.stop)
         if not frontend:
             return
         changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
@@ -219,7 +233,10 @@ class System:
         service = ReportService(store=store, changelog=changelog, writer=writer)
         if token:
             self.token = ensure_token(self.data_dir / "tls")
-        self.app = create_app(service, settings, token=self.token or None, store=store)
+        # without a token of its own, the frontend trusts the front-proxy's headers
+        default = Access(request_headers=None if token else RequestHeaders())
+        access = replace(self._access or default, token=self.token or None)
+        self.app = create_app(service, settings, store=store, access=access)
 
     async def stop(self) -> None:
         await self._stack.aclose()
@@ -231,9 +248,24 @@ async def run(settings: Settings, options: ServeOptions) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    trusted = options.client_ca is not None or options.front_proxy is not None
+    reviews = {}
+    try:
+        for role in ("authentication", "authorization"):
+            source = getattr(options, role)
+            if source:
+                reviews[role] = Reviews(endpoint(source, os.environ),
+                                        token_ttl=settings.authz_cache_seconds)
+    except ClusterError as err:
+        raise StartupError(str(err)) from err
+    access = Access(
+        request_headers=(options.request_headers or RequestHeaders()) if trusted else None,
+        review_token=reviews["authentication"].token if "authentication" in reviews else None,
+        review_access=reviews["authorization"].access if "authorization" in reviews else None,
+        cache_seconds=settings.authz_cache_seconds)
     system = System(settings, options.data_dir, worker=options.worker,
-                    frontend=options.frontend,
-                    token=options.client_ca is None and options.front_proxy is None)
+                    frontend=options.frontend, token=options.write_kubeconfig or not trusted,
+                    access=access)
     health = Health()
     probes = None
     if options.health_sock is not None:
@@ -263,6 +295,8 @@ async def run(settings: Settings, options: ServeOptions) -> None:
         print("reports-pipeline is stopping", file=sys.stderr, flush=True)
     finally:
         await system.stop()
+        for review in reviews.values():
+            await review.close()
         if probes is not None and health.task is not None:
             probes.should_exit = True
             await health.task
@@ -285,8 +319,12 @@ class Health:
                 return PlainTextResponse("ok")
             return PlainTextResponse("not ready", status_code=503)
 
+        async def metrics_page(request: Request) -> Response:
+            body, content_type = metrics.exposition()
+            return Response(body, headers={"Content-Type": content_type})
+
         return Starlette(routes=[Route("/livez", livez), Route("/healthz", livez),
-                                 Route("/readyz", readyz)])
+                                 Route("/readyz", readyz), Route("/metrics", metrics_page)])
 
 
 async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[bool],

@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
-from pipeline import kafka
+from pipeline import kafka, metrics
 from pipeline.commit import Decision
 from pipeline.committer import Committer
 from pipeline.messages import REQUEST_ID_HEADER, DecodeError, WriteRequest
@@ -152,6 +152,11 @@ class CommitService:
                 requests.append(WriteRequest.decode(record.value))
             except DecodeError:
                 log.warning("skipping undecodable request at offset %s", record.offset)
+        metrics.COMMITTER_BATCH.observe(len(requests))
+        highwater = self._consumer.highwater(self._tp) if self._consumer else None
+        if highwater is not None:
+            metrics.CONSUMER_LAG.labels("committer").set(
+                max(0, highwater - records[-1].offset - 1))
         try:
             decisions = await self._committer.decide_batch(requests)
             await self.publish(requests, decisions, next_offset=records[-1].offset + 1)

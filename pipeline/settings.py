@@ -109,6 +109,10 @@ class Settings:
     and how many analytics queries run at once; they never run on the threads
     that serve the API and the pipeline."""
 
+    authz_cache_seconds: float = 10.0
+    """REPORTS_AUTHZ_CACHE_SECONDS: how long a TokenReview's or a
+    SubjectAccessReview's answer is reused."""
+
     chdb_cache_mb: int = 256
     """REPORTS_CHDB_CACHE_MB: memory the embedded ClickHouse (chDB) may keep in
     its caches (marks, primary indexes, compiled expressions, query conditions),

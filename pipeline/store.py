@@ -25,7 +25,7 @@ import orjson
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from pipeline import objects, resources
+from pipeline import metrics, objects, resources
 from pipeline.commit import Current
 from pipeline.logs import quiet
 from pipeline.messages import Change
@@ -246,10 +246,13 @@ class ReportStore:
             client = self._local.client = self._connect(self._settings.database)
         return client
 
-    async def run(self, fn: Callable[[Client], T]) -> T:
+    async def run(self, fn: Callable[[Client], T], *, operation: str = "read") -> T:
+        timer = metrics.CLICKHOUSE_SECONDS.labels(operation)
+
         def call() -> T:
             try:
-                return fn(self._client())
+                with timer.time():
+                    return fn(self._client())
             except ClickHouseError as err:
                 raise StoreError(str(err)) from err
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
@@ -317,7 +320,8 @@ class ReportStore:
                 client = self._local.readonly = self._connect(self._settings.database,
                                                               readonly=True)
             try:
-                result = client.query(marked, parameters=parameters or {})
+                with metrics.CLICKHOUSE_SECONDS.labels("analytics").time():
+                    result = client.query(marked, parameters=parameters or {})
             except ClickHouseError as err:
                 raise _analytics_error(err, self._settings) from err
             return list(result.column_names), [tuple(r) for r in result.result_rows]
@@ -364,7 +368,7 @@ class ReportStore:
                 client.insert("results", results, column_names=RESULT_COLUMNS)
             client.insert("changes_progress", [[topic, partition, offset, last_rv]],
                           column_names=["topic", "partition", "offset", "resource_version"])
-        await self.run(insert)
+        await self.run(insert, operation="write")
 
     async def write_policy_counts(self, rows: Sequence[Sequence[Any]]) -> None:
         await self.run(lambda client: client.insert("policy_counts", rows, column_names=(

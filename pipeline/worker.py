@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import faust
 
-from pipeline import kafka
+from pipeline import kafka, metrics
 from pipeline.aggregator import Aggregator, Topics
 from pipeline.committer import Committer
 from pipeline.messages import Change
@@ -110,5 +111,8 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                 store.write_changes([c for c, _ in batch], topic=last.topic,
                                     partition=last.partition, offset=last.offset),
                 aggregator.process(batch))
+            now = time.time()
+            for _, stamp in batch:
+                metrics.COMMIT_TO_CLICKHOUSE_SECONDS.observe(max(0.0, now - stamp / 1000))
     return app
 

@@ -55,7 +55,8 @@ def render(helm: str, *values: str) -> list[dict[str, Any]]:
 
 VALUE_SETS = {
     "defaults": (),
-    "with Kafka": ("kafka.deploy=true", "frontend.replicas=3", "worker.replicas=2"),
+    "with Kafka": ("kafka.deploy=true", "frontend.replicas=3", "worker.replicas=2",
+                   "metrics.serviceMonitor.enabled=true"),
     "own certificate and secrets": ("tls.existingSecret=reports-tls", "tls.caBundle=Y2E=",
                                     "clickhouse.existingSecret=clickhouse-url",
                                     "image.repository=registry.example/reports-pipeline",
@@ -71,6 +72,8 @@ def rendered(request: pytest.FixtureRequest, helm: str) -> Iterator[list[dict[st
 def test_every_manifest_is_valid_kubernetes(rendered: list[dict[str, Any]]) -> None:
     assert rendered
     for doc in rendered:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # the Prometheus Operator's CRD, not a Kubernetes schema
         for version in KUBERNETES:
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
@@ -120,6 +123,9 @@ def test_the_generated_certificate_is_what_the_apiservices_trust(helm: str) -> N
     frontend = by_kind(docs, "Deployment")["reports-pipeline-frontend"]["spec"]["template"]
     [container] = frontend["spec"]["containers"]
     assert "--front-proxy-ca-from-cluster" in container["args"]
+    args = container["args"]
+    for flag in ("--authentication-kubeconfig", "--authorization-kubeconfig"):
+        assert args[args.index(flag) + 1] == "in-cluster"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     [tls_volume] = [v for v in frontend["spec"]["volumes"] if v["name"] == "tls"]
     assert tls_volume["secret"]["secretName"] == "reports-pipeline-tls"
@@ -132,6 +138,15 @@ def test_the_generated_certificate_is_what_the_apiservices_trust(helm: str) -> N
 def test_each_render_issues_a_new_serving_certificate(helm: str) -> None:
     first, second = (by_kind(render(helm), "Secret")["reports-pipeline-tls"] for _ in range(2))
     assert first["data"]["tls.crt"] != second["data"]["tls.crt"]
+
+
+def test_the_service_monitor_is_optional(helm: str) -> None:
+    assert not by_kind(render(helm), "ServiceMonitor")
+    docs = render(helm, "metrics.serviceMonitor.enabled=true")
+    [monitor] = by_kind(docs, "ServiceMonitor").values()
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    service = by_kind(docs, "Service")["reports-pipeline-metrics"]
+    assert service["spec"]["ports"][0]["targetPort"] == "probes"
 
 
 def test_an_own_certificate_is_used_as_given(helm: str) -> None:

@@ -1,0 +1,61 @@
+"""How far the worker's materializer is behind the change log, measured on
+its own every few seconds: the log's end (one ListOffsets on a consumer of
+its own) against the position ClickHouse records after each batch. Set as
+``reports_consumer_lag_records{agent="follow"}``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from pipeline import kafka, metrics
+from pipeline.settings import Settings
+from pipeline.store import ReportStore, StoreError
+
+log = logging.getLogger(__name__)
+INTERVAL = 5.0
+
+
+class LagMonitor:
+    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str,
+                 interval: float = INTERVAL):
+        self._settings = settings
+        self._store = store
+        self._bootstrap = bootstrap
+        self._interval = interval
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._consumer = kafka.consumer(self._bootstrap)
+        await self._consumer.start()
+        self._task = asyncio.create_task(self._run(), name="lag-monitor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def measure(self) -> int:
+        assert self._consumer is not None
+        tp = TopicPartition(self._settings.changes_topic, 0)
+        end = (await self._consumer.end_offsets([tp]))[tp]
+        progress = await self._store.progress(self._settings.changes_topic)
+        lag = max(0, end - (progress.offset + 1 if progress is not None else 0))
+        metrics.CONSUMER_LAG.labels("follow").set(lag)
+        return lag
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.measure()
+            except (KafkaError, StoreError) as err:
+                log.debug("measuring the materializer's lag failed: %s", err)
+            await asyncio.sleep(self._interval)
