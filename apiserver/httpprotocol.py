@@ -85,10 +85,12 @@ class StatusProtocol(HttpToolsProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as err:
-            refused = err.__context__ if isinstance(err.__context__, _Refused) else None
-            if refused is None:
-                raise
-            self._refuse(refused.error)
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, _Refused):
+                self._refuse(cause.error)
+            else:  # as uvicorn does: the request is refused, the server goes on
+                self.logger.warning("refused a request its callbacks failed on: %r", cause)
+                self._refuse(BadRequest("the request could not be handled as HTTP/1.1"))
         except httptools.HttpParserUpgrade:
             super().data_received(b"")  # as uvicorn: upgrade or warn
         except httptools.HttpParserError as err:
