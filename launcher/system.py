@@ -63,7 +63,8 @@ PUBLIC_TOPICS = ("changes_topic", "result_events_topic", "summaries_topic")
 @contextlib.contextmanager
 def data_dir_lock(data_dir: Path) -> Iterator[None]:
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        # it holds the kubeconfig's token and the TLS key: the user's alone
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock_file: IO[str] = open(data_dir / "up.lock", "a+")  # noqa: SIM115
     except OSError as err:
         raise StartupError(f"cannot use --data-dir {data_dir}: {err.strerror}") from err

@@ -47,6 +47,7 @@ async def test_up_says_where_it_answers(up: Callable[[], Up]) -> None:
         assert said in output, output
     # the token is the user's alone
     assert stat.S_IMODE(system.kubeconfig.stat().st_mode) == 0o600
+    assert stat.S_IMODE(system.data_dir.stat().st_mode) == 0o700
     # the addresses work: Kafka has the topics, kubectl reaches the frontend
     admin = AIOKafkaAdminClient(bootstrap_servers=endpoints["kafka_bootstrap"])
     await admin.start()
