@@ -165,33 +165,87 @@ def _list_schema(r: ResourceType, v3: bool) -> JSON:
                                                  "kind": r.list_kind}]}
 
 
-def _params(v3: bool) -> list[JSON]:
-    names = ("dryRun", "fieldManager", "fieldValidation")
+#: query parameters of each kind of operation, as the kube-apiserver declares them
+QUERY = {
+    "write": ("dryRun", "fieldManager", "fieldValidation", "pretty"),
+    "read": ("resourceVersion", "pretty"),
+    "list": ("allowWatchBookmarks", "continue", "fieldSelector", "labelSelector", "limit",
+             "resourceVersion", "resourceVersionMatch", "sendInitialEvents", "timeoutSeconds",
+             "watch", "pretty"),
+    "delete": ("dryRun", "gracePeriodSeconds", "orphanDependents", "propagationPolicy",
+               "pretty"),
+    "patch": ("dryRun", "fieldManager", "fieldValidation", "force", "pretty"),
+}
+_INTEGERS = {"gracePeriodSeconds", "limit", "timeoutSeconds"}
+_BOOLEANS = {"allowWatchBookmarks", "orphanDependents", "sendInitialEvents", "watch", "force"}
+
+
+def _param(name: str, where: str, v3: bool, *, required: bool = False) -> JSON:
+    kind = ("integer" if name in _INTEGERS else "boolean" if name in _BOOLEANS
+            else "string")
+    out: JSON = {"name": name, "in": where, "description": f"The {name} parameter."}
+    if required:
+        out["required"] = True
     if v3:
-        return [{"name": n, "in": "query", "schema": {"type": "string"}} for n in names]
-    return [{"name": n, "in": "query", "type": "string"} for n in names]
+        out["schema"] = {"type": kind}
+    else:
+        out["type"] = kind
+    return out
+
+
+def _params(kind: str, v3: bool) -> list[JSON]:
+    return [_param(n, "query", v3) for n in QUERY[kind]]
+
+
+def _op(op_id: str, kind: str, r: ResourceType, v3: bool, *, response: JSON,
+        body: JSON | None = None, body_types: tuple[str, ...] = ("application/json",)
+        ) -> JSON:
+    out: JSON = {"operationId": op_id, "parameters": _params(kind, v3),
+                 "responses": {"200": {"description": "OK", **response}},
+                 "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version,
+                                                     "kind": r.kind}}
+    if body is not None:
+        if v3:
+            out["requestBody"] = {"required": True,
+                                  "content": {t: {"schema": body} for t in body_types}}
+        else:
+            out["parameters"] = out["parameters"] + [
+                {"name": "body", "in": "body", "required": True, "schema": body}]
+            out["consumes"] = list(body_types)
+    return out
 
 
 def _paths(resources: list[ResourceType], v3: bool) -> JSON:
     paths: JSON = {}
     for r in resources:
         ref = _ref(_schema_name(r), v3)
-        ok = {"content": {"application/json": {"schema": ref}}} if v3 else {"schema": ref}
-        op = {"parameters": _params(v3), "responses": {"200": {"description": "OK", **ok}},
-              "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version,
-                                                  "kind": r.kind}}
+        list_ref = _ref(_schema_name(r) + "List", v3)
+        status = {"type": "object", "description": "A Kubernetes Status."}
+
+        def answer(schema: JSON) -> JSON:
+            return {"content": {"application/json": {"schema": schema}}} if v3 else {
+                "schema": schema}
+
         base = f"/apis/{r.group}/{r.version}/" + ("namespaces/{namespace}/" if r.namespaced
                                                   else "")
-        paths[f"{base}{r.plural}"] = {"post": {**op, "operationId": f"create{r.kind}"}}
-        patch_types = ["application/json-patch+json", "application/merge-patch+json",
-                       "application/apply-patch+yaml"]
-        body = ({"requestBody": {"content": {t: {"schema": {"type": "object"}}
-                                             for t in patch_types}}} if v3
-                else {"consumes": patch_types})
+        namespace = [_param("namespace", "path", v3, required=True)] if r.namespaced else []
+        patch_types = ("application/json-patch+json", "application/merge-patch+json",
+                       "application/apply-patch+yaml")
+        paths[f"{base}{r.plural}"] = {
+            "parameters": namespace,
+            "get": _op(f"list{r.kind}", "list", r, v3, response=answer(list_ref)),
+            "post": _op(f"create{r.kind}", "write", r, v3, response=answer(ref), body=ref),
+            "delete": _op(f"deletecollection{r.kind}", "delete", r, v3,
+                          response=answer(list_ref)),
+        }
         paths[f"{base}{r.plural}/{{name}}"] = {
-            "get": {"operationId": f"read{r.kind}", "responses": op["responses"]},
-            "put": {**op, "operationId": f"replace{r.kind}"},
-            "patch": {**op, **body, "operationId": f"patch{r.kind}"}}
+            "parameters": [*namespace, _param("name", "path", v3, required=True)],
+            "get": _op(f"read{r.kind}", "read", r, v3, response=answer(ref)),
+            "put": _op(f"replace{r.kind}", "write", r, v3, response=answer(ref), body=ref),
+            "patch": _op(f"patch{r.kind}", "patch", r, v3, response=answer(ref),
+                         body={"type": "object"}, body_types=patch_types),
+            "delete": _op(f"delete{r.kind}", "delete", r, v3, response=answer(status)),
+        }
     return paths
 
 
