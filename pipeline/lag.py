@@ -48,7 +48,9 @@ class LagMonitor:
         tp = TopicPartition(self._settings.changes_topic, 0)
         end = (await self._consumer.end_offsets([tp]))[tp]
         progress = await self._store.progress(self._settings.changes_topic)
-        lag = max(0, end - (progress.offset + 1 if progress is not None else 0))
+        # every change is written in a transaction, whose commit marker takes
+        # the offset after it: caught up, the end is the last change's + 2
+        lag = max(0, end - (progress.offset + 2 if progress is not None else 0))
         metrics.CONSUMER_LAG.labels("follow").set(lag)
         return lag
 

@@ -113,6 +113,7 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                 aggregator.process(batch))
             now = time.time()
             for _, stamp in batch:
-                metrics.COMMIT_TO_CLICKHOUSE_SECONDS.observe(max(0.0, now - stamp / 1000))
+                # Faust's message timestamps are in seconds
+                metrics.COMMIT_TO_CLICKHOUSE_SECONDS.observe(max(0.0, now - stamp))
     return app
 
