@@ -43,10 +43,9 @@ from apiserver.errors import (
     invalid,
 )
 from apiserver.instrumentation import Instrumented
-from apiserver.responses import error_response, json_response
+from apiserver.responses import error_response, json_response, metrics_page
 from apiserver.selectors import parse_field_selector, parse_label_selector
 from apiserver.service import Item, ListQuery, ListResult, ReportService
-from pipeline import metrics
 from pipeline.resources import ResourceType, by_path
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
@@ -468,10 +467,6 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
 
     async def healthz(request: Request) -> Response:
         return Response(b"ok", media_type="text/plain")
-
-    async def metrics_page(request: Request) -> Response:
-        body, content_type = metrics.exposition()
-        return Response(body, headers={"Content-Type": content_type})
 
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)

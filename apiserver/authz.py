@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from apiserver.authn import PUBLIC, ReviewUnavailable, UserInfo
 from apiserver.errors import ApiError, Unavailable
-from apiserver.instrumentation import describe
+from apiserver.requestinfo import Attributes, request_info
 from apiserver.responses import error_response
 from pipeline import metrics
 
@@ -27,67 +27,38 @@ class Forbidden(ApiError):
     code, reason = 403, "Forbidden"
 
 
-@dataclass(frozen=True)
-class Attributes:
-    """What a request asks to do (``resource`` empty: a non-resource path)."""
-
-    verb: str
-    group: str = ""
-    version: str = ""
-    resource: str = ""
-    namespace: str = ""
-    name: str = ""
-    path: str = ""
-
-    def review_spec(self, user: UserInfo) -> dict[str, Any]:
-        spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups),
-                                "extra": user.extra_dict()}
-        if user.uid:
-            spec["uid"] = user.uid
-        if self.resource:
-            spec["resourceAttributes"] = {
-                "verb": self.verb, "group": self.group, "version": self.version,
-                "resource": self.resource, "namespace": self.namespace, "name": self.name}
-        else:
-            spec["nonResourceAttributes"] = {"verb": self.verb, "path": self.path}
-        return spec
-
-    def denial(self, user: UserInfo, reason: str) -> Forbidden:
-        """The kube-apiserver's words for a denied request."""
-        if not self.resource:
-            message = f'forbidden: User "{user.name}" cannot {self.verb} path "{self.path}"'
-        else:
-            qualified = f"{self.resource}.{self.group}" if self.group else self.resource
-            subject = f'{qualified} "{self.name}"' if self.name else qualified
-            where = (f' in the namespace "{self.namespace}"' if self.namespace
-                     else " at the cluster scope")
-            message = (f'{subject} is forbidden: User "{user.name}" cannot {self.verb}'
-                       f' resource "{self.resource}" in API group "{self.group}"{where}')
-        if reason:
-            message += f": {reason}"
-        details = {"group": self.group, "kind": self.resource} if self.resource else {}
-        if self.name:
-            details["name"] = self.name
-        return Forbidden(message, details=details)
+def review_spec(user: UserInfo, asked: Attributes) -> dict[str, Any]:
+    """A SubjectAccessReview's spec for the user asking."""
+    spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups),
+                            "extra": user.extra_dict()}
+    if user.uid:
+        spec["uid"] = user.uid
+    if asked.resource:
+        spec["resourceAttributes"] = {
+            "verb": asked.verb, "group": asked.group, "version": asked.version,
+            "resource": asked.resource, "namespace": asked.namespace, "name": asked.name}
+    else:
+        spec["nonResourceAttributes"] = {"verb": asked.verb, "path": asked.path}
+    return spec
 
 
-def attributes(method: str, path: str, query: bytes) -> Attributes:
-    verb, group, resource = describe(method, path, query)
-    if not resource:
-        return Attributes(verb=_http_verb(method), path=path)
-    parts = [p for p in path.split("/") if p]
-    version, rest = parts[2], parts[3:]
-    namespace = ""
-    if rest[0] == "namespaces" and len(rest) >= 3:
-        namespace, rest = rest[1], rest[2:]
-    name = rest[1] if len(rest) > 1 else ""
-    return Attributes(verb, group, version, resource, namespace, name, path)
-
-
-def _http_verb(method: str) -> str:
-    """Non-resource requests use the HTTP method's verb, as the kube-apiserver does."""
-    return {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update",
-            "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+def denial(user: UserInfo, asked: Attributes, reason: str) -> Forbidden:
+    """The kube-apiserver's words for a denied request."""
+    if not asked.resource:
+        message = f'forbidden: User "{user.name}" cannot {asked.verb} path "{asked.path}"'
+    else:
+        qualified = f"{asked.resource}.{asked.group}" if asked.group else asked.resource
+        subject = f'{qualified} "{asked.name}"' if asked.name else qualified
+        where = (f' in the namespace "{asked.namespace}"' if asked.namespace
+                 else " at the cluster scope")
+        message = (f'{subject} is forbidden: User "{user.name}" cannot {asked.verb}'
+                   f' resource "{asked.resource}" in API group "{asked.group}"{where}')
+    if reason:
+        message += f": {reason}"
+    details = {"group": asked.group, "kind": asked.resource} if asked.resource else {}
+    if asked.name:
+        details["name"] = asked.name
+    return Forbidden(message, details=details)
 
 
 #: (allowed, reason) for a user and attributes; raises ReviewUnavailable
@@ -110,7 +81,7 @@ class Authorization:
         if scope["type"] != "http" or user is None or scope["path"] in PUBLIC:
             await self.app(scope, receive, send)
             return
-        asked = attributes(scope["method"], scope["path"], scope.get("query_string", b""))
+        asked = request_info(scope)
         try:
             allowed, reason = await self._decide(user, asked)
         except ReviewUnavailable as err:
@@ -119,7 +90,7 @@ class Authorization:
                                              retry_after=1))(scope, receive, send)
             return
         if not allowed:
-            await error_response(asked.denial(user, reason))(scope, receive, send)
+            await error_response(denial(user, asked, reason))(scope, receive, send)
             return
         await self.app(scope, receive, send)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.errors import BadRequest, Invalid, cause
+from apiserver.schema import json_type
 
 JSON = dict[str, Any]
 POLICIES = ("Foreground", "Background", "Orphan")
@@ -39,18 +40,13 @@ def _type_error(name: str, value: Any, wanted: str) -> BadRequest:
                       f" DeleteOptions.{name} of type {wanted}")
 
 
+#: Go's names for JSON types, as its JSON decoder words a type error
+_GO_TYPES = {"boolean": "bool", "integer": "number"}
+
+
 def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
+    name = json_type(value)
+    return _GO_TYPES.get(name, name)
 
 
 def parse(body: JSON | None, query: Mapping[str, str], dry_run_query: Sequence[str]

@@ -7,31 +7,11 @@ API group and resource; and the watches being served."""
 from __future__ import annotations
 
 import time
-from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from apiserver.requestinfo import request_info
 from pipeline import metrics
-
-_VERBS = {("GET", False): "get", ("GET", True): "list", ("POST", True): "create",
-          ("PUT", False): "update", ("PATCH", False): "patch", ("DELETE", False): "delete",
-          ("DELETE", True): "deletecollection"}
-
-
-def describe(method: str, path: str, query: bytes) -> tuple[str, str, str]:
-    """(verb, group, resource) of a request; resource is "" for paths that
-    name none (discovery, OpenAPI, health)."""
-    parts = [p for p in path.split("/") if p]
-    if len(parts) < 4 or parts[0] != "apis":
-        return method.lower(), "", ""
-    group, rest = parts[1], parts[3:]
-    if rest[0] == "namespaces" and len(rest) >= 3:
-        rest = rest[2:]
-    resource, collection = rest[0], len(rest) == 1
-    if method == "GET" and collection and parse_qs(query.decode("latin-1")).get(
-            "watch", [""])[0] in ("true", "1"):
-        return "watch", group, resource
-    return _VERBS.get((method, collection), method.lower()), group, resource
 
 
 class Instrumented:
@@ -42,8 +22,10 @@ class Instrumented:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        verb, group, resource = describe(scope["method"], scope["path"],
-                                         scope.get("query_string", b""))
+        info = request_info(scope)
+        # non-resource requests are counted by their HTTP method, as before
+        verb = info.verb if info.resource else scope["method"].lower()
+        group, resource = info.group, info.resource
         started = time.perf_counter()
         code = 500
         watching = verb == "watch"

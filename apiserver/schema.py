@@ -48,7 +48,7 @@ def _validator(rtype_id: str) -> Any:
     return jsonschema_rs.validator_for(_bounded(schema))
 
 
-def _type_of(value: Any) -> str:
+def json_type(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -91,7 +91,7 @@ def causes(rtype: ResourceType, obj: JSON) -> list[JSON]:
             if value is None:
                 continue  # null is an absent optional field, as for custom resources
             wanted = kind.types[0] if kind.types else "object"
-            got = _type_of(value)
+            got = json_type(value)
             item = cause(path, f'Invalid value: "{got}": {path} in body must be of type'
                                f' {wanted}: "{got}"', "FieldValueTypeInvalid")
         elif kind.name == "enum":

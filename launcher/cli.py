@@ -95,11 +95,15 @@ def _about(text: str) -> str:
     return textwrap.fill(text, width=79)
 
 
-def port(text: str) -> int:
+def _whole(text: str, what: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+def port(text: str) -> int:
+    value = _whole(text, "a port number")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535;"
                                          " 0 picks any free one)")
@@ -118,10 +122,7 @@ def duration(text: str) -> int:
 
 
 def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = _whole(text, "a whole number")
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is less than 1")
     return value

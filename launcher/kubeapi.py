@@ -21,7 +21,8 @@ import aiohttp
 import yaml
 
 from apiserver.authn import ReviewUnavailable, UserInfo
-from apiserver.authz import Attributes
+from apiserver.authz import review_spec
+from apiserver.requestinfo import Attributes
 from launcher.incluster import Cluster, ClusterError
 
 IN_CLUSTER = "in-cluster"
@@ -142,7 +143,7 @@ class Reviews:
     async def access(self, user: UserInfo, asked: Attributes) -> tuple[bool, str]:
         answer = await self._post(ACCESS_REVIEWS, {
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": asked.review_spec(user)})
+            "spec": review_spec(user, asked)})
         status = answer.get("status") or {}
         return bool(status.get("allowed")) and not status.get("denied"), str(
             status.get("reason") or "")

@@ -36,13 +36,14 @@ from apiserver.app import Access, create_app
 from apiserver.authn import RequestHeaders
 from apiserver.changelog import ChangeLog
 from apiserver.httpprotocol import protocol
+from apiserver.responses import metrics_page
 from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, write_kubeconfig
 from apiserver.writes import Writer
 from launcher.broker import BrokerError, KafkaBroker
 from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
 from launcher.kubeapi import Reviews, endpoint
-from pipeline import kafka, metrics
+from pipeline import kafka
 from pipeline.committing import CommitService
 from pipeline.lag import LagMonitor
 from pipeline.settings import Settings
@@ -319,10 +320,6 @@ class Health:
             if self.ready:
                 return PlainTextResponse("ok")
             return PlainTextResponse("not ready", status_code=503)
-
-        async def metrics_page(request: Request) -> Response:
-            body, content_type = metrics.exposition()
-            return Response(body, headers={"Content-Type": content_type})
 
         return Starlette(routes=[Route("/livez", livez), Route("/healthz", livez),
                                  Route("/readyz", readyz), Route("/metrics", metrics_page)])
