@@ -3,6 +3,7 @@ negotiation, and one error handler that renders every failure as a Status."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -426,8 +427,18 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
     async def api(request: Request) -> Response:
         return json_response(discovery.api_versions())
 
+    aggregated = orjson.dumps(discovery.aggregated_discovery())
+    aggregated_etag = f'"{hashlib.sha256(aggregated).hexdigest()[:32]}"'
+
     async def apis(request: Request) -> Response:
-        return json_response(discovery.api_group_list())
+        if not discovery.wants_aggregated(request.headers.get("accept", "")):
+            return json_response(discovery.api_group_list(), headers={"Vary": "Accept"})
+        # As the kube-apiserver: an ETag, and 304 when the client holds it
+        headers = {"ETag": aggregated_etag, "Vary": "Accept"}
+        if request.headers.get("if-none-match") == aggregated_etag:
+            return Response(status_code=304, headers=headers)
+        return Response(aggregated, headers=headers,
+                        media_type=discovery.AGGREGATED_MEDIA_TYPE)
 
     async def group(request: Request) -> Response:
         body = discovery.api_group(request.path_params["group"])

@@ -47,3 +47,38 @@ def api_resource_list(group: str, version: str) -> JSON | None:
         return None
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
             "resources": [_resource(r) for r in served]}
+
+
+#: The aggregated discovery form of ``/apis`` (apidiscovery.k8s.io/v2): the
+#: kube-apiserver's aggregator and client-go ask for it first.
+AGGREGATED_MEDIA_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def wants_aggregated(accept: str) -> bool:
+    """Whether an Accept header asks for the aggregated discovery form (the
+    client lists it among the forms it takes; the legacy one otherwise)."""
+    for media_range in accept.split(","):
+        kind, *params = (part.strip() for part in media_range.split(";"))
+        values = dict(p.partition("=")[::2] for p in params)
+        if (kind == "application/json" and values.get("g") == "apidiscovery.k8s.io"
+                and values.get("v") == "v2" and values.get("as") == "APIGroupDiscoveryList"):
+            return True
+    return False
+
+
+def _resource_discovery(r: ResourceType) -> JSON:
+    return {"resource": r.plural, "singularResource": r.singular,
+            "scope": "Namespaced" if r.namespaced else "Cluster",
+            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+            "verbs": VERBS, "shortNames": list(r.short_names)}
+
+
+def aggregated_discovery() -> JSON:
+    """Every served group, version and resource in one APIGroupDiscoveryList."""
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+            "metadata": {},
+            "items": [{"metadata": {"name": g, "creationTimestamp": None},
+                       "versions": [{"version": v, "freshness": "Current",
+                                     "resources": [_resource_discovery(r) for r in RESOURCES
+                                                   if r.group == g and r.version == v]}]}
+                      for g, v in groups().items()]}

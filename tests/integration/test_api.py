@@ -299,3 +299,36 @@ async def test_two_frontends_share_one_pipeline(start, make_settings) -> None:  
         events = await watcher
         assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
             ("ADDED", "shared"), ("DELETED", "shared")]
+
+
+async def test_discovery_legacy_and_aggregated(api: httpx.AsyncClient) -> None:
+    legacy = await api.get("/apis", headers={"Accept": "application/json"})
+    assert legacy.json()["kind"] == "APIGroupList"
+    # what client-go and the aggregator send: the aggregated form first
+    accept = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+              "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
+              "application/json")
+    r = await api.get("/apis", headers={"Accept": accept})
+    assert r.headers["content-type"] == (
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    body = r.json()
+    assert body["kind"] == "APIGroupDiscoveryList"
+    assert body["apiVersion"] == "apidiscovery.k8s.io/v2"
+    found = {}
+    for group in body["items"]:
+        [version] = group["versions"]
+        assert version["freshness"] == "Current"
+        legacy_list = (await api.get(f"/apis/{group['metadata']['name']}/{version['version']}"))
+        legacy_names = {x["name"]: x for x in legacy_list.json()["resources"]}
+        for res in version["resources"]:
+            same = legacy_names[res["resource"]]
+            assert res["verbs"] == same["verbs"] and res["shortNames"] == same["shortNames"]
+            assert res["scope"] == ("Namespaced" if same["namespaced"] else "Cluster")
+            assert res["responseKind"] == {"group": group["metadata"]["name"],
+                                           "version": version["version"], "kind": same["kind"]}
+            found[res["resource"]] = res["singularResource"]
+    assert found == {r.plural: r.singular for r in RESOURCES}
+    # unchanged: the client's cached copy stays good
+    again = await api.get("/apis", headers={"Accept": accept,
+                                            "If-None-Match": r.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
