@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from apiserver.errors import BadRequest, Invalid, cause
+from apiserver.errors import BadRequest, cause, invalid
 from apiserver.schema import json_type
 
 JSON = dict[str, Any]
@@ -116,10 +116,7 @@ def _checked(options: JSON) -> DeleteOptions:
             causes.append(cause(f"dryRun[{i}]", f'Unsupported value: "{value}": supported'
                                 ' values: "All"', "FieldValueNotSupported"))
     if causes:
-        each = [f"{c['field']}: {c['message']}" for c in causes]
-        summary = each[0] if len(each) == 1 else "[" + ", ".join(each) + "]"
-        raise Invalid(f'DeleteOptions.meta.k8s.io "" is invalid: {summary}', causes=causes,
-                      details={"group": "meta.k8s.io", "kind": "DeleteOptions"})
+        raise invalid("DeleteOptions", "", "meta.k8s.io", causes)
     if orphan is not None:
         policy = "Orphan" if orphan else "Background"
     return DeleteOptions(

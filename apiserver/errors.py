@@ -94,8 +94,11 @@ def invalid(kind: str, name: str, group: str, causes: list[JSON]) -> Invalid:
     ``Kind.group "name" is invalid: cause`` (several in brackets)."""
     each = [f"{c['field']}: {c['message']}" for c in causes]
     summary = each[0] if len(each) == 1 else "[" + ", ".join(each) + "]"
+    details = {"name": name, "group": group, "kind": kind}
+    if not name:
+        del details["name"]  # omitted when empty, as in the kube-apiserver's Status
     return Invalid(f'{kind}.{group} "{name}" is invalid: {summary}', causes=causes,
-                   details={"name": name, "group": group, "kind": kind})
+                   details=details)
 
 
 def cause(field: str, message: str, reason: str = "FieldValueInvalid") -> JSON:

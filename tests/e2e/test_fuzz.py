@@ -65,8 +65,12 @@ def test_schemathesis_finds_no_server_error(up, tmp_path: Path) -> None:  # type
     _serves_afterwards(system, server, token, ca)
 
 
+def _trusting(ca: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca))
+
+
 def _serves_afterwards(system: Up, server: str, token: str, ca: Path) -> None:
-    with httpx.Client(base_url=server, verify=ssl.create_default_context(cafile=str(ca)), timeout=30,
+    with httpx.Client(base_url=server, verify=_trusting(ca), timeout=30,
                       headers={"Authorization": f"Bearer {token}"}) as client:
         r = client.post(collection_path(POLR, "after"), json=report(POLR, "after", "after"))
         assert r.status_code == 201, r.text
@@ -118,7 +122,7 @@ def test_patch_bodies_never_break_the_server(up, tmp_path: Path) -> None:  # typ
     server, token, ca = _credentials(system, tmp_path)
     path = f"{collection_path(POLR, 'fuzz')}/target"
     seen: dict[int, int] = {}
-    with httpx.Client(base_url=server, verify=ssl.create_default_context(cafile=str(ca)), timeout=30,
+    with httpx.Client(base_url=server, verify=_trusting(ca), timeout=30,
                       headers={"Authorization": f"Bearer {token}"}) as client:
 
         @settings(max_examples=150, deadline=None, derandomize=True,
