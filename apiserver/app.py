@@ -25,6 +25,7 @@ from apiserver import (
     openapi,
     openapipb,
     patching,
+    schema,
     tables,
     validation,
     watching,
@@ -184,7 +185,7 @@ class Handlers:
         mode = request.query_params.get("fieldValidation", "Warn") or "Warn"
         if mode not in ("Ignore", "Warn", "Strict"):
             raise BadRequest(f'fieldValidation "{mode}" is invalid: use Ignore, Warn or Strict')
-        unknown = openapi.unknown_fields(rtype, obj)
+        unknown = [] if schema.surely_known(rtype, obj) else openapi.unknown_fields(rtype, obj)
         if unknown:
             if mode == "Strict":
                 raise BadRequest("strict decoding error: " + ", ".join(

@@ -48,6 +48,33 @@ def _validator(rtype_id: str) -> Any:
     return jsonschema_rs.validator_for(_bounded(schema))
 
 
+def _closed(node: Any) -> Any:
+    """The schema with every object that lists its properties closed to others
+    (what ``openapi.unknown_fields`` looks for)."""
+    if isinstance(node, dict):
+        out = {k: _closed(v) for k, v in node.items()}
+        if (node.get("type") == "object" and isinstance(node.get("properties"), dict)
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_closed(v) for v in node]
+    return node
+
+
+@cache
+def _closed_validator(rtype_id: str) -> Any:
+    return jsonschema_rs.validator_for(_closed(openapi.resolved(by_id(rtype_id))))
+
+
+def surely_known(rtype: ResourceType, obj: JSON) -> bool:
+    """True when every field of ``obj`` is declared by the schema and valid, at
+    the cost of one compiled validation; False means "walk it"
+    (``openapi.unknown_fields``), as for any body with a type error."""
+    return bool(_closed_validator(rtype.id).is_valid(obj))
+
+
 def json_type(value: Any) -> str:
     if value is None:
         return "null"

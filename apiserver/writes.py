@@ -15,6 +15,7 @@ from pipeline import kafka
 from pipeline.messages import DecodeError, Reply, WriteRequest
 from pipeline.objects import object_key
 from pipeline.settings import Settings
+from pipeline.topics import PARTITION
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class Writer:
             try:
                 await self._producer.send_and_wait(
                     self._settings.requests_topic, req.encode(),
-                    key=object_key(resource, namespace, name).encode())
+                    key=object_key(resource, namespace, name).encode(), partition=PARTITION)
             except KafkaError as err:
                 raise Unavailable(f"cannot publish the write: {err}", retry_after=1) from err
             try:

@@ -61,6 +61,8 @@ class Report:
     #: rows beside the figures (the soak phase's minutes), each under its own
     #: key of the JSON
     series: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: the frontend's /metrics page at the end of the run (Prometheus text)
+    metrics_page: str = ""
 
     def add(self, name: str, value: float, unit: str, target: tuple[str, float] | None = None,
             note: str = "") -> Figure:

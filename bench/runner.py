@@ -308,6 +308,7 @@ async def _against(system: RunningSystem, options: Options, report: Report, mix:
         report.add("raw JSON bytes per report", raw, "bytes")
         report.add("storage ratio", per_report / raw, "x raw", ("<=", 0.1))
 
+        await _scrape_metrics(client, report)
         if options.soak_minutes > 0:
             # Last: its writes are not to weigh on the figures above (the
             # broker's log and ClickHouse's parts grow with them).
@@ -324,6 +325,14 @@ async def _against(system: RunningSystem, options: Options, report: Report, mix:
                          f" {options.concurrency} clients, {reads:.0f} reads/s alongside",
                          full_after=(WINDOWS_KEPT + 1) * window + soak.MINUTE)
             progress("soak per minute:\n" + soak.table(sustained.minutes()))
+            await _scrape_metrics(client, report)
+
+
+async def _scrape_metrics(client: Client, report: Report) -> None:
+    """Keep the frontend's metrics page as it stands after the phases."""
+    async with client.session.get("/metrics") as response:
+        if response.status == 200:
+            report.metrics_page = await response.text()
 
 
 async def _lists(system: RunningSystem, client: Client, options: Options, report: Report,
@@ -383,6 +392,13 @@ def _analytics_figures(report: Report, c: analytics.Comparison) -> None:
                f"{c.raw_json_bytes / c.reports:.0f}")
 
 
-def write_json(report: Report, path: Path) -> None:
+def write_json(report: Report, path: Path) -> list[Path]:
+    """The figures as JSON at ``path``, and the metrics page beside it."""
     path.write_bytes(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
+    written = [path]
+    if report.metrics_page:
+        page = path.with_suffix(".metrics.txt")
+        page.write_text(report.metrics_page)
+        written.append(page)
+    return written
 

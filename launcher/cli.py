@@ -304,8 +304,8 @@ def _bench(args: argparse.Namespace) -> int:
         return 1
     _validation_cost(report)
     print(report.table())
-    write_json(report, args.output)
-    print(f"figures written to {args.output}")
+    written = write_json(report, args.output)
+    print("figures written to " + " and ".join(str(p) for p in written))
     return 0
 
 

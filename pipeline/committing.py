@@ -31,6 +31,7 @@ from pipeline.committer import Committer
 from pipeline.messages import REQUEST_ID_HEADER, DecodeError, WriteRequest
 from pipeline.objects import identity, object_key
 from pipeline.settings import Settings
+from pipeline.topics import PARTITION
 
 log = logging.getLogger(__name__)
 #: Most requests decided in one transaction.
@@ -181,11 +182,11 @@ class CommitService:
                 if d.change is not None:
                     sent.append(await producer.send(
                         self._settings.changes_topic, d.change.encode(),
-                        key=object_key(*identity(d.change.obj)).encode(),
+                        key=object_key(*identity(d.change.obj)).encode(), partition=PARTITION,
                         headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())]))
             for req, d in zip(requests, decisions, strict=True):
                 sent.append(await producer.send(req.reply_to, d.reply.encode(),
-                                                key=req.id.encode()))
+                                                key=req.id.encode(), partition=PARTITION))
             await producer.send_offsets_to_transaction(
                 {self._tp: OffsetAndMetadata(next_offset, "")}, self._settings.committer_group)
             await producer.commit_transaction()

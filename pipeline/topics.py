@@ -20,6 +20,9 @@ from pipeline.settings import Settings
 #: Largest record batch any topic accepts (a report may be several MiB).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 HOUR_MS = 3_600_000
+#: Every topic has this one partition: the change log's order is the
+#: resourceVersion order. Producers name it, so no key is hashed.
+PARTITION = 0
 
 
 @dataclass(frozen=True)

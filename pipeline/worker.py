@@ -27,6 +27,7 @@ from pipeline.committer import Committer
 from pipeline.messages import Change
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
+from pipeline.topics import PARTITION
 
 log = logging.getLogger(__name__)
 #: Every current count is published again this often (the summaries topic
@@ -81,7 +82,7 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
         expires=timedelta(seconds=settings.window_seconds * WINDOWS_KEPT))
 
     async def publish(topic: str, key: bytes, value: bytes) -> Any:
-        return await app.producer.send(topic, key, value, None, None, None)
+        return await app.producer.send(topic, key, value, PARTITION, None, None)
 
     aggregator = Aggregator(store=store, contributions=contributions, activity=activity,
                             publish=publish, topics=Topics(settings.result_events_topic,

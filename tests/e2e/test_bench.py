@@ -62,3 +62,9 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     assert minutes[0]["writes"] > 0 and minutes[0]["system_rss_mb"] > 0
     assert written["soak_windows"] and all(math.isfinite(w["writes_per_s"])
                                            for w in written["soak_windows"])
+    # the frontend's metrics page after the run, beside the figures
+    page = (tmp_path / "figures.metrics.txt").read_text()
+    assert "figures.metrics.txt" in done.stdout
+    samples = {line.split("{")[0].split(" ")[0] for line in page.splitlines()
+               if line and not line.startswith("#")}
+    assert {"apiserver_request_total", "reports_write_commit_seconds_count"} <= samples

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from apiserver import schema
+from apiserver import openapi, schema
 from apiserver.errors import Invalid
 from apiserver.validation import check_object
 from pipeline.resources import RESOURCES, by_id
@@ -123,3 +123,23 @@ def test_the_metadata_is_not_the_schemas_business() -> None:
     obj = copy.deepcopy(body(POLR))
     obj["metadata"]["labels"] = {"a": "b"}
     assert schema.causes(POLR, obj) == []
+
+
+@pytest.mark.parametrize("rtype", RESOURCES, ids=lambda r: r.kind)
+def test_the_fast_check_for_unknown_fields_agrees_with_the_walk(rtype: Any) -> None:
+    good = report(rtype, "r", "ns" if rtype.namespaced else "", fail=2)
+    good["metadata"]["labels"] = {"app": "web"}
+    assert schema.surely_known(rtype, good) and openapi.unknown_fields(rtype, good) == []
+    body_field = "spec" if rtype.body_path else "summary"
+    for path in (["resutls"], ["metadata", "lables"], [body_field, "nope"]):
+        bad = copy.deepcopy(good)
+        node = bad
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = 1
+        assert not schema.surely_known(rtype, bad)
+        assert openapi.unknown_fields(rtype, bad) == [".".join(path)]
+    # a type error is not an unknown field: the fast check defers to the walk
+    typed = copy.deepcopy(good)
+    typed["metadata"]["labels"] = {"app": 5}
+    assert not schema.surely_known(rtype, typed) and openapi.unknown_fields(rtype, typed) == []
