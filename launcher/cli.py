@@ -21,6 +21,7 @@ import gc
 import logging
 import os
 import random
+import secrets
 import statistics
 import sys
 import textwrap
@@ -39,6 +40,7 @@ from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
 from bench.runner import write_json
 from bench.workload import Mix, ephemeral_report, policy_report, resources
+from launcher.dashboard import serve_dashboard
 from launcher.incluster import Cluster, ClusterError
 from launcher.system import (
     AlreadyRunning,
@@ -79,6 +81,13 @@ ENV_TRENDS = """environment:
   CLICKHOUSE_URL    the ClickHouse server to query when no --data-dir is given
   REPORTS_CLUSTER   the cluster whose reports are counted (default: default)
   REPORTS_DATABASE  the ClickHouse database (default: reports)"""
+
+
+ENV_DASHBOARD = """environment:
+  CLICKHOUSE_URL           the ClickHouse server to read when no --data-dir is given
+  REPORTS_DATABASE         the ClickHouse database (default: reports)
+  REPORTS_DASHBOARD_TOKEN  the token a browser must present when reading CLICKHOUSE_URL
+                           (default: a random one, printed in the URL)"""
 
 
 class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -252,6 +261,23 @@ def _parser() -> argparse.ArgumentParser:
     trends.add_argument("--policy", help="only this policy")
     trends.add_argument("--chart", type=Path, help="also draw a chart: FILE.png or FILE.svg")
     trends.add_argument("--top", type=positive, default=10, help="series drawn in the chart")
+    trends.add_argument("--rank", choices=("count", "change"), default="count",
+                        help="which series the chart draws: the highest counts now, or the"
+                             " counts that moved most over the range")
+
+    dash = sub.add_parser(
+        "dashboard", help="serve the trends dashboard (web pages)", formatter_class=_Help,
+        description=_about("Serve the dashboard: failing results now, over time and where"
+        " they come from, as web pages rendered by the server. Reads a running `up`"
+        " (--data-dir, through its analytics endpoint, with its kubeconfig's token) or a"
+        " ClickHouse server (CLICKHOUSE_URL). Prints the URL to open; it carries the"
+        " token once, then a cookie does."), epilog=ENV_DASHBOARD)
+    dash.add_argument("--data-dir", type=Path,
+                      help="read the `up` running on this directory; without it"
+                           " CLICKHOUSE_URL is read directly")
+    dash.add_argument("--host", default="127.0.0.1",
+                      help="address to listen on (0.0.0.0: every interface)")
+    dash.add_argument("--port", type=port, default=8080, help="port to listen on (0: any)")
 
     bench = sub.add_parser(
         "bench", help="measure the system (throughput, latency, soak, analytics)",
@@ -344,12 +370,36 @@ def _trends(args: argparse.Namespace, settings: Settings) -> int:
             source = ServerAnalytics(settings)
         else:
             raise ValueError("give --data-dir of a running `up`, or set CLICKHOUSE_URL")
-        print(asyncio.run(run_trends(source, query, chart=args.chart, top=args.top)))
+        print(asyncio.run(run_trends(source, query, chart=args.chart, top=args.top,
+                                     rank=args.rank)))
     except (ValueError, OSError, RuntimeError) as err:
         print(f"reports-pipeline trends: {err}", file=sys.stderr)
         return 1
     if args.chart is not None:
         print(f"chart written to {args.chart}")
+    return 0
+
+
+def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
+    source: Analytics
+    try:
+        if args.data_dir is not None:
+            running = RunningSystem(args.data_dir)
+            source, token = running, running.token
+        elif settings.clickhouse_url:
+            source = ServerAnalytics(settings, threads=4)
+            token = os.environ.get("REPORTS_DASHBOARD_TOKEN") or secrets.token_urlsafe(24)
+        else:
+            raise ValueError("give --data-dir of a running `up`, or set CLICKHOUSE_URL")
+        sock = listen(args.host, args.port)
+    except (ValueError, OSError, RuntimeError) as err:
+        print(f"reports-pipeline dashboard: {err}", file=sys.stderr)
+        return 1
+    host, bound = sock.getsockname()[:2]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    print(f"Dashboard: http://{shown}:{bound}/?token={token}", flush=True)
+    print("Stop with Ctrl-C (SIGTERM).", flush=True)
+    _serve(serve_dashboard(source, sock, token=token))
     return 0
 
 
@@ -383,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         return _trends(args, settings)
     if args.command == "bench":
         return _bench(args)
+    if args.command == "dashboard":
+        return _dashboard(args, settings)
     if args.command != "up" and not (settings.kafka_bootstrap and settings.clickhouse_url):
         parser.exit(2, f"reports-pipeline {args.command}: needs KAFKA_BOOTSTRAP and"
                        " CLICKHOUSE_URL (use `up` for the embedded defaults)\n")

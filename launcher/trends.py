@@ -13,15 +13,20 @@ import asyncio
 import base64
 import re
 import ssl
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 import yaml
 
+from dashboard import charts, filters
+from dashboard.filters import Filters, Span
+from dashboard.pages import stamp
+from dashboard.series import Series, build, ranked
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
 
@@ -40,18 +45,20 @@ def parse_duration(text: str) -> int:
 class Analytics(Protocol):
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]: ...
 
+    async def aclose(self) -> None: ...
+
 
 class ServerAnalytics:
     """A ClickHouse server, reached directly (read-only session)."""
 
-    def __init__(self, settings: Settings):
-        self._store = ReportStore(settings, threads=1)
+    def __init__(self, settings: Settings, threads: int = 1):
+        self._store = ReportStore(settings, threads=threads)
 
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]:
-        try:
-            return await self._store.analytics(sql, parameters)
-        finally:
-            await self._store.close()
+        return await self._store.analytics(sql, parameters)
+
+    async def aclose(self) -> None:
+        await self._store.close()
 
 
 class RunningSystem:
@@ -65,23 +72,30 @@ class RunningSystem:
         config = yaml.safe_load(config_file.read_text())
         cluster = config["clusters"][0]["cluster"]
         self._server = cluster["server"]
-        self._token = config["users"][0]["user"]["token"]
+        self.token: str = config["users"][0]["user"]["token"]
         self._ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        self._client: httpx.AsyncClient | None = None
 
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]:
-        context = ssl.create_default_context(cadata=self._ca)
-        async with httpx.AsyncClient(base_url=self._server, verify=context, timeout=60,
-                                     headers={"Authorization": f"Bearer {self._token}"}) as c:
-            try:
-                response = await c.post("/analytics/v1/query",
-                                        json={"query": sql, "parameters": parameters})
-            except httpx.ConnectError as err:
-                raise ConnectionError(f"cannot reach the running system at {self._server}:"
-                                      f" {err}") from err
+        if self._client is None:  # one connection for every query
+            context = ssl.create_default_context(cadata=self._ca)
+            self._client = httpx.AsyncClient(
+                base_url=self._server, verify=context, timeout=60,
+                headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            response = await self._client.post("/analytics/v1/query",
+                                               json={"query": sql, "parameters": parameters})
+        except httpx.TransportError as err:
+            raise ConnectionError(f"cannot reach the running system at {self._server}:"
+                                  f" {err}") from err
         body = response.json()
         if response.status_code != 200:
             raise RuntimeError(body.get("message", response.text))
         return body["columns"], [tuple(r) for r in body["rows"]]
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
 
 
 @dataclass(frozen=True)
@@ -92,106 +106,87 @@ class TrendQuery:
     namespace: str | None = None
     policy: str | None = None
 
-    def sql(self) -> tuple[str, dict[str, Any]]:
-        where = ["cluster = {cluster:String}",
-                 "window_start >= now() - toIntervalSecond({since:UInt32})"]
-        params: dict[str, Any] = {"cluster": self.cluster, "since": self.since,
-                                  "bucket": self.bucket}
-        if self.namespace is not None:
-            where.append("namespace = {namespace:String}")
-            params["namespace"] = self.namespace
-        if self.policy is not None:
-            where.append("policy = {policy:String}")
-            params["policy"] = self.policy
-        sql = ("SELECT toStartOfInterval(window_start, toIntervalSecond({bucket:UInt32}))"
-               " AS bucket, namespace, policy, argMax(fail, window_start) AS fail,"
-               " sum(new_failures) AS new_failures, sum(resolved_failures) AS resolved"
-               " FROM policy_windows FINAL WHERE " + " AND ".join(where) +
-               " GROUP BY bucket, namespace, policy ORDER BY bucket, namespace, policy")
-        return sql, params
+    def filters(self) -> Filters:
+        return Filters(cluster=self.cluster, namespace=self.namespace or "",
+                       policy=self.policy or "")
+
+    def span(self, now: float | None = None) -> Span:
+        """Whole buckets covering the last ``since`` seconds up to now."""
+        end = (int(now if now is not None else time.time()) // self.bucket + 1) * self.bucket
+        return Span(end - -(-self.since // self.bucket) * self.bucket, end, self.bucket)
 
 
-def _time(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
-@dataclass(frozen=True)
-class Point:
-    bucket: datetime
-    fail: int
-    new_failures: int
-    resolved: int
-
-
-def series(rows: Rows) -> dict[tuple[str, str], list[Point]]:
-    """(namespace, policy) -> points per bucket, carrying the fail count forward
-    through buckets without activity."""
-    buckets = sorted({_time(r[0]) for r in rows})
-    raw: dict[tuple[str, str], dict[datetime, Point]] = {}
-    for b, ns, policy, fail, new, resolved in rows:
-        t = _time(b)
-        raw.setdefault((ns, policy), {})[t] = Point(t, int(fail), int(new), int(resolved))
-    out: dict[tuple[str, str], list[Point]] = {}
-    for key, points in raw.items():
-        filled, last = [], None
-        for t in buckets:
-            p = points.get(t)
-            if p is None and last is not None:
-                p = Point(t, last.fail, 0, 0)
-            if p is not None:
-                filled.append(p)
-                last = p
-        out[key] = filled
-    return out
-
-
-def render_table(data: dict[tuple[str, str], list[Point]]) -> str:
+def render_table(span: Span, data: Sequence[Series]) -> str:
+    """One line per series and bucket where its count changed or failures
+    came or went (and its first bucket): the count carried through the rest."""
     header = ("TIME", "NAMESPACE", "POLICY", "FAIL", "NEW", "RESOLVED")
     lines: list[Sequence[str]] = [header]
-    rows = sorted(((p.bucket, ns, policy, p) for (ns, policy), pts in data.items()
-                   for p in pts), key=lambda r: (r[0], r[1], r[2]))
-    for t, ns, policy, p in rows:
-        lines.append((t.strftime("%Y-%m-%d %H:%M:%S"), ns or "(cluster)", policy, str(p.fail),
-                      str(p.new_failures), str(p.resolved)))
+    rows = []
+    for s in data:
+        for i, b in enumerate(span.buckets()):
+            moved = i == 0 or s.fail[i] != s.fail[i - 1] or s.new[i] or s.resolved[i]
+            if moved and (s.fail[i] or s.new[i] or s.resolved[i] or i > 0):
+                rows.append((b, s.key[0], s.key[1], s.fail[i], s.new[i], s.resolved[i]))
+    for b, ns, policy, fail, new, resolved in sorted(rows):
+        lines.append((stamp(b), ns or "(cluster)", policy, str(fail), str(new), str(resolved)))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
                      for line in lines)
 
 
-def render_chart(data: dict[tuple[str, str], list[Point]], path: Path, *, top: int = 10) -> None:
-    """A line chart of fail counts per namespace and policy (the ``top`` series
-    with the most failures); PNG or SVG by the file's extension."""
+def render_chart(span: Span, data: Sequence[Series], path: Path, *, top: int = 10,
+                 rank: str = "count") -> None:
+    """A line chart of the ``top`` series over the whole range; SVG drawn as the
+    dashboard draws it, PNG with matplotlib, by the file's extension."""
+    shown = ranked(data, top=top, by=rank)
+    buckets = span.buckets()
+    if path.suffix.lower() == ".svg":
+        path.write_text(charts.line_chart(buckets, span.bucket, [(s.label, s.fail) for s in shown],
+                                          title="failing results per namespace and policy"))
+        return
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    ranked = sorted(data.items(), key=lambda kv: -max((p.fail for p in kv[1]), default=0))
     fig, ax = plt.subplots(figsize=(10, 5))
-    for (ns, policy), points in ranked[:top]:
-        ax.plot([p.bucket for p in points], [p.fail for p in points], marker="o",  # type: ignore[arg-type]
-                label=f"{ns or '(cluster)'} / {policy}")
+    times = [datetime.fromtimestamp(b + span.bucket / 2, UTC) for b in buckets]
+    for s in shown:
+        ax.step(times, s.fail, where="mid", label=s.label)  # type: ignore[arg-type]
+    ax.set_xlim(datetime.fromtimestamp(span.start, UTC),  # type: ignore[arg-type]
+                datetime.fromtimestamp(span.end, UTC))  # type: ignore[arg-type]
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(bottom=0, top=max(1, *(max(s.fail) for s in shown)) * 1.1 if shown else 1)
     ax.set_title("Failing results per namespace and policy")
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("failing results")
     ax.grid(True, alpha=0.3)
-    if ranked:
+    if shown:
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.autofmt_xdate()
     fig.tight_layout()
-    fig.savefig(path, format=path.suffix.lstrip(".").lower() or "png")
+    fig.savefig(path, format="png")
     plt.close(fig)
 
 
+async def fetch(source: Analytics, query: TrendQuery, now: float | None = None
+                ) -> tuple[Span, list[Series]]:
+    """Every series of the range, counts carried in from before it."""
+    f, span = query.filters(), query.span(now)
+    try:
+        (_, rows), (_, carried) = await asyncio.gather(
+            source.query(*filters.windows(f, span)), source.query(*filters.carried_in(f, span)))
+    finally:
+        await source.aclose()
+    return span, build(span.buckets(), rows, carried)
+
+
 async def run_trends(source: Analytics, query: TrendQuery, *, chart: Path | None = None,
-                     top: int = 10) -> str:
-    sql, params = query.sql()
-    _, rows = await source.query(sql, params)
-    data = series(rows)
+                     top: int = 10, rank: str = "count") -> str:
+    span, data = await fetch(source, query)
     if chart is not None:
-        await asyncio.to_thread(render_chart, data, chart, top=top)
+        await asyncio.to_thread(render_chart, span, data, chart, top=top, rank=rank)
     if not data:
         return "no trend data in that range"
-    return render_table(data)
+    return render_table(span, data)

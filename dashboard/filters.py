@@ -1,0 +1,232 @@
+"""What a page shows, parsed from its URL (links can be shared), and the SQL
+each view asks, parameter-bound. Pure."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+from urllib.parse import urlencode
+
+#: the ranges a user picks from, and the bucket each gets unless told
+RANGES = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
+BUCKETS = {"1m": 60, "5m": 300, "15m": 900, "1h": 3600, "6h": 6 * 3600, "1d": 86400}
+AUTO_BUCKET = {"1h": "1m", "6h": "5m", "24h": "15m", "7d": "6h", "30d": "1d"}
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+RANKS = ("count", "change")
+#: most buckets one chart draws (a range over a small bucket is refused)
+MAX_BUCKETS = 1000
+
+
+class FilterError(ValueError):
+    """A filter in the URL that the dashboard cannot use."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    cluster: str = ""
+    namespace: str = ""
+    policy: str = ""
+    severity: str = ""
+    range: str = "24h"
+    bucket: str = ""  # empty: the range's own
+    top: int = 10
+    rank: str = "count"
+    min_score: float = 8.0
+    sort: str = ""
+    refresh: int = 30  # seconds between live refreshes; 0: none
+
+    @classmethod
+    def parse(cls, query: Mapping[str, str]) -> Filters:
+        known = {k: v for k, v in query.items() if k in cls.__dataclass_fields__}
+        text: dict[str, Any] = {k: v for k, v in known.items()
+                                if k not in ("top", "min_score", "refresh")}
+        f = cls(**text)
+        try:
+            f = replace(f, top=int(known.get("top", f.top)),
+                        min_score=float(known.get("min_score", f.min_score)),
+                        refresh=int(known.get("refresh", f.refresh)))
+        except ValueError as err:
+            raise FilterError(f"not a number: {err}") from err
+        if f.range not in RANGES:
+            raise FilterError(f"range must be one of {', '.join(RANGES)}")
+        if f.bucket and f.bucket not in BUCKETS:
+            raise FilterError(f"bucket must be one of {', '.join(BUCKETS)}")
+        if f.severity and f.severity not in SEVERITIES:
+            raise FilterError(f"severity must be one of {', '.join(SEVERITIES)}")
+        if f.rank not in RANKS:
+            raise FilterError(f"rank must be one of {', '.join(RANKS)}")
+        if not 1 <= f.top <= 50:
+            raise FilterError("top must be between 1 and 50")
+        if not 0 <= f.refresh <= 3600:
+            raise FilterError("refresh must be between 0 and 3600 seconds")
+        if RANGES[f.range] // f.bucket_seconds > MAX_BUCKETS:
+            raise FilterError(f"{f.range} in buckets of {f.bucket} is more than"
+                              f" {MAX_BUCKETS} buckets: choose a larger bucket")
+        return f
+
+    @property
+    def bucket_seconds(self) -> int:
+        return BUCKETS[self.bucket or AUTO_BUCKET[self.range]]
+
+    @property
+    def range_seconds(self) -> int:
+        return RANGES[self.range]
+
+    def params(self, **changes: Any) -> dict[str, Any]:
+        """This page's filters with ``changes``, defaults left out."""
+        wanted = asdict(replace(self, **changes))
+        defaults = asdict(Filters())
+        return {k: v for k, v in wanted.items() if v != defaults[k]}
+
+    def query_string(self, **changes: Any) -> str:
+        return urlencode(self.params(**changes))
+
+
+@dataclass(frozen=True)
+class Span:
+    """A time range cut into whole buckets (epoch seconds, end excluded)."""
+    start: int
+    end: int
+    bucket: int
+
+    @classmethod
+    def of(cls, f: Filters, now: float | None = None) -> Span:
+        bucket = f.bucket_seconds
+        end = (int(now if now is not None else time.time()) // bucket + 1) * bucket
+        return cls(end - (f.range_seconds // bucket) * bucket, end, bucket)
+
+    def buckets(self) -> list[int]:
+        return list(range(self.start, self.end, self.bucket))
+
+
+Query = tuple[str, dict[str, Any]]
+
+
+def _where(f: Filters, *, namespace: str = "namespace", policy: str = "policy",
+           cluster: str | None = "cluster") -> tuple[str, dict[str, Any]]:
+    parts, params = [], {}
+    if cluster and f.cluster:
+        parts.append(f"{cluster} = {{cluster:String}}")
+        params["cluster"] = f.cluster
+    if f.namespace:
+        parts.append(f"{namespace} = {{namespace:String}}")
+        params["namespace"] = f.namespace
+    if f.policy:
+        parts.append(f"{policy} = {{policy:String}}")
+        params["policy"] = f.policy
+    return "".join(f" AND {p}" for p in parts), params
+
+
+def clusters() -> Query:
+    return "SELECT DISTINCT cluster FROM policy_counts ORDER BY cluster", {}
+
+
+def totals(f: Filters) -> Query:
+    where, params = _where(f)
+    return ("SELECT cluster, sum(pass), sum(fail), sum(warn), sum(error), sum(skip)"
+            " FROM policy_counts FINAL WHERE 1" + where +
+            " GROUP BY cluster ORDER BY cluster"), params
+
+
+def failing_by(f: Filters, column: str) -> Query:
+    """Failing results now per namespace or per policy, with the other counts."""
+    assert column in ("namespace", "policy")
+    where, params = _where(f)
+    return (f"SELECT {column}, sum(fail) AS fail, sum(warn) AS warn, sum(error) AS error,"
+            " sum(pass) AS pass, count() AS series"
+            " FROM policy_counts FINAL WHERE 1" + where +
+            f" GROUP BY {column} HAVING fail > 0 ORDER BY fail DESC, {column} LIMIT 1000"), params
+
+
+def windows(f: Filters, span: Span) -> Query:
+    """Per namespace, policy and bucket: the failing count at the bucket's last
+    window, and the failures that appeared and went away in it."""
+    where, params = _where(f)
+    return ("SELECT namespace, policy,"
+            " toUInt32(toStartOfInterval(window_start, toIntervalSecond({bucket:UInt32})))"
+            " AS b, argMax(fail, window_start) AS fail, sum(new_failures) AS new,"
+            " sum(resolved_failures) AS resolved"
+            " FROM policy_windows FINAL"
+            " WHERE window_start >= toDateTime({start:UInt32})"
+            " AND window_start < toDateTime({end:UInt32})" + where +
+            " GROUP BY namespace, policy, b ORDER BY b"), {
+                **params, "bucket": span.bucket, "start": span.start, "end": span.end}
+
+
+def carried_in(f: Filters, span: Span) -> Query:
+    """Each series' failing count when the range starts (its last window
+    before), carried into the range."""
+    where, params = _where(f)
+    return ("SELECT namespace, policy, argMax(fail, window_start) AS fail"
+            " FROM policy_windows FINAL WHERE window_start < toDateTime({start:UInt32})" + where +
+            " GROUP BY namespace, policy HAVING fail > 0"), {**params, "start": span.start}
+
+
+def _severities(f: Filters) -> list[str]:
+    return [f.severity] if f.severity else ["high", "critical"]
+
+
+def top_resources(f: Filters) -> Query:
+    where, params = _where(f, namespace="ns", cluster=None)
+    return ("SELECT kind, ns, resource_name, count() AS failures,"
+            " arrayStringConcat(arraySort(groupUniqArray(policy)), ', ') AS policies"
+            " FROM reports FINAL ARRAY JOIN result_status AS status,"
+            " result_severity AS severity, result_resource_kind AS kind,"
+            " result_resource_namespace AS ns, result_resource_name AS resource_name,"
+            " result_policy AS policy"
+            " WHERE status = 'fail' AND severity IN {severities:Array(String)}" + where +
+            " GROUP BY kind, ns, resource_name"
+            " ORDER BY failures DESC, ns, resource_name LIMIT {top:UInt32}"), {
+                **params, "severities": _severities(f), "top": f.top}
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    namespace: str
+    name: str
+
+
+def resource_results(f: Filters, r: Resource) -> Query:
+    where, params = _where(f, namespace="ns", cluster=None)
+    return ("SELECT policy, rule, status, severity, name AS report"
+            " FROM reports FINAL ARRAY JOIN result_status AS status,"
+            " result_severity AS severity, result_resource_kind AS kind,"
+            " result_resource_namespace AS ns, result_resource_name AS resource_name,"
+            " result_policy AS policy, result_rule AS rule"
+            " WHERE kind = {kind:String} AND ns = {rns:String}"
+            " AND resource_name = {rname:String}" + where +
+            " ORDER BY status = 'fail' DESC, policy, rule LIMIT 1000"), {
+                **params, "kind": r.kind, "rns": r.namespace, "rname": r.name}
+
+
+def resource_history(f: Filters, r: Resource, span: Span) -> Query:
+    """Every stored result of the resource in the range (and the one before
+    it), in time order per policy and rule: where its status changed."""
+    where, params = _where(replace(f, namespace=""))
+    return ("SELECT toUInt32(toDateTime(committed)) AS at, policy, rule, report, result"
+            " FROM results WHERE resource_kind = {kind:String}"
+            " AND resource_namespace = {rns:String} AND resource_name = {rname:String}"
+            " AND committed < toDateTime({end:UInt32})" + where +
+            " ORDER BY policy, rule, report, committed, resource_version LIMIT 20000"), {
+                **params, "kind": r.kind, "rns": r.namespace, "rname": r.name,
+                "end": span.end}
+
+
+def findings(f: Filters) -> Query:
+    where, params = _where(f, cluster=None)
+    return ("SELECT namespace, name AS report, policy, rule, resource_kind, resource_name,"
+            " score FROM reports FINAL ARRAY JOIN scored_policy AS policy,"
+            " scored_rule AS rule, scored_resource_kind AS resource_kind,"
+            " scored_resource_name AS resource_name, scored_score AS score"
+            " WHERE score >= {min_score:Float64}" + where +
+            " ORDER BY score DESC, namespace, report, rule LIMIT 500"), {
+                **params, "min_score": f.min_score}
+
+
+def names(column: str) -> Query:
+    """The namespaces or policies the filters offer."""
+    assert column in ("namespace", "policy")
+    return (f"SELECT DISTINCT {column} FROM policy_counts ORDER BY {column} LIMIT 2000", {})

@@ -1,0 +1,153 @@
+"""Each page's content: the queries it asks (concurrently) and the HTML it
+makes of their answers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from html import escape
+from typing import Any, Protocol
+from urllib.parse import urlencode
+
+from dashboard import charts, filters, series
+from dashboard.filters import Filters, Query, Resource, Span
+from dashboard.pages import Choices, Column, stamp, table
+
+Rows = list[tuple[Any, ...]]
+STATUSES = ("pass", "fail", "warn", "error", "skip")
+
+
+class Source(Protocol):
+    """Read-only, parameter-bound SQL (the analytics endpoint's guard)."""
+
+    async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]: ...
+
+
+async def _ask(source: Source, *queries: Query) -> list[Rows]:
+    answers = await asyncio.gather(*(source.query(sql, params) for sql, params in queries))
+    return [rows for _, rows in answers]
+
+
+async def choices(source: Source) -> Choices:
+    clusters, namespaces, policies = await _ask(
+        source, filters.clusters(), filters.names("namespace"), filters.names("policy"))
+    return Choices([r[0] for r in clusters], [r[0] for r in namespaces],
+                   [r[0] for r in policies])
+
+
+async def _trend(source: Source, f: Filters, now: float | None) -> tuple[Span, list[series.Series]]:
+    span = Span.of(f, now)
+    rows, carried = await _ask(source, filters.windows(f, span), filters.carried_in(f, span))
+    return span, series.build(span.buckets(), rows, carried)
+
+
+def _link(path: str, f: Filters, **changes: Any) -> str:
+    return f"{path}?{f.query_string(sort='', **changes)}"
+
+
+async def overview(source: Source, f: Filters, now: float | None = None) -> str:
+    (totals, by_ns, by_policy), (span, trend) = await asyncio.gather(
+        _ask(source, filters.totals(f), filters.failing_by(f, "namespace"),
+             filters.failing_by(f, "policy")),
+        _trend(source, f, now))
+    cards = []
+    for cluster, *counts in totals:
+        cells = "".join(f'<div class="card {s}"><div class="v" data-status="{s}">{int(n)}</div>'
+                        f"{s}</div>" for s, n in zip(STATUSES, counts, strict=True))
+        cards.append(f'<section class="cluster" data-cluster="{escape(cluster)}">'
+                     f"<h2>{escape(cluster)}: results now</h2><div class=cards>{cells}</div>"
+                     "</section>")
+    if not cards:
+        cards.append('<section><h2>Results now</h2><p class="muted">no reports yet</p></section>')
+    failing = series.total(trend, len(span.buckets()))
+    spark = (f'<section><h2>Failing results, last {f.range}</h2>'
+             f'<div class="row">{charts.sparkline(failing)}'
+             f'<span data-sparkline-last="{failing[-1] if failing else 0}">now'
+             f' {failing[-1] if failing else 0}, highest {max(failing, default=0)}</span>'
+             "</div></section>")
+    columns = [Column("fail", "failing", True), Column("warn", "warn", True),
+               Column("error", "error", True), Column("pass", "pass", True)]
+    ns_table = table("by-namespace", "overview", f, [
+        Column("namespace", "namespace"), *columns, Column("series", "policies", True)], by_ns,
+        links={0: lambda r: _link("/trends", f, namespace=r[0])})
+    policy_table = table("by-policy", "overview", f, [
+        Column("policy", "policy"), *columns, Column("series", "namespaces", True)], by_policy,
+        links={0: lambda r: _link("/trends", f, policy=r[0])})
+    return ("".join(cards) + spark +
+            f'<div class="row"><section><h2>Failing by namespace</h2>{ns_table}</section>'
+            f"<section><h2>Failing by policy</h2>{policy_table}</section></div>")
+
+
+async def trends(source: Source, f: Filters, now: float | None = None) -> str:
+    span, all_series = await _trend(source, f, now)
+    buckets = span.buckets()
+    shown = series.ranked(all_series, top=f.top, by=f.rank)
+    chart = charts.line_chart(buckets, span.bucket, [(s.label, s.fail) for s in shown],
+                              title="failing results per namespace and policy")
+    legend = "".join(f'<li><span style="background:{charts.color(i)}"></span>'
+                     f"{escape(s.label)} <b>{s.last}</b> ({s.change:+d})</li>"
+                     for i, s in enumerate(shown))
+    new, gone = series.flows(all_series, len(buckets))
+    flow_rows = [(stamp(b), n, g) for b, n, g in zip(buckets, new, gone, strict=True) if n or g]
+    flow_table = table("flows", "trends", f, [Column("bucket", "bucket"),
+                                              Column("new", "new failures", True),
+                                              Column("resolved", "resolved", True)],
+                       flow_rows[::-1], sortable=False)
+    ranking = "highest count now" if f.rank == "count" else "largest change over the range"
+    return (f'<section><h2>Failing results: top {f.top} by {ranking}, last {f.range} in'
+            f' buckets of {_bucket_name(span.bucket)}</h2>{chart}'
+            f'<ul class="legend">{legend}</ul>'
+            f'<p class="muted">{len(all_series)} series in the range; a quiet series keeps'
+            " its last count.</p></section>"
+            f"<section><h2>New and resolved failures per bucket</h2>"
+            f"{charts.flow_bars(buckets, span.bucket, new, gone)}{flow_table}</section>")
+
+
+def _bucket_name(seconds: int) -> str:
+    return next(k for k, v in filters.BUCKETS.items() if v == seconds)
+
+
+def _resource_link(f: Filters, r: Sequence[Any]) -> str:
+    return "/resources?" + urlencode({**f.params(sort=""), "kind": r[0], "rns": r[1],
+                                      "rname": r[2]})
+
+
+async def resources(source: Source, f: Filters, target: Resource | None,
+                    now: float | None = None) -> str:
+    if target is None:
+        [rows] = await _ask(source, filters.top_resources(f))
+        severities = f.severity or "high or critical"
+        t = table("top-resources", "resources", f, [
+            Column("kind", "kind"), Column("ns", "namespace"), Column("name", "name"),
+            Column("failures", f"{severities} failures", True), Column("policies", "policies")],
+            rows, links={2: lambda r: _resource_link(f, r)})
+        return (f"<section><h2>Resources with the most {escape(severities)} failures now"
+                f"</h2>{t}</section>")
+    span = Span.of(f, now)
+    current, history = await _ask(source, filters.resource_results(f, target),
+                                  filters.resource_history(f, target, span))
+    changes = series.changes(history, since=span.start)
+    results_table = table("resource-results", "resources", f, [
+        Column("policy", "policy"), Column("rule", "rule"), Column("status", "result"),
+        Column("severity", "severity"), Column("report", "report")], current)
+    change_table = table("resource-history", "resources", f, [
+        Column("at", "when"), Column("policy", "policy"), Column("rule", "rule"),
+        Column("report", "report"), Column("before", "from"), Column("after", "to")],
+        [(stamp(c.at), c.policy, c.rule, c.report, c.before or "(new)", c.after)
+         for c in changes],
+        sortable=False)
+    title = f"{target.kind} {target.namespace + '/' if target.namespace else ''}{target.name}"
+    return (f'<section><h2>{escape(title)}: results now</h2>{results_table}</section>'
+            f"<section><h2>Changes of status, last {f.range}</h2>{change_table}</section>"
+            f'<p><a href="{escape(_link("/resources", replace(f)))}">all resources</a></p>')
+
+
+async def findings(source: Source, f: Filters) -> str:
+    [rows] = await _ask(source, filters.findings(f))
+    t = table("findings", "findings", f, [
+        Column("namespace", "namespace"), Column("report", "report"),
+        Column("policy", "policy"), Column("rule", "rule"), Column("kind", "kind"),
+        Column("resource", "resource"), Column("score", "score", True)], rows)
+    return (f"<section><h2>Results with a score of at least {f.min_score:g}"
+            f" ({len(rows)}{'+' if len(rows) >= 500 else ''})</h2>{t}</section>")
