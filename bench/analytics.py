@@ -10,8 +10,8 @@ import random
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ import psycopg
 from bench import questions
 from bench.postgres import Postgres
 from bench.workload import JSON, Resource, policy_report, random_failing
+from dashboard import filters, views
+from dashboard.filters import Filters
 from pipeline import aggregate
 from pipeline.messages import Change
 from pipeline.settings import Settings
@@ -56,6 +58,8 @@ class Comparison:
     clickhouse_bytes: int
     postgres_bytes: int
     questions: list[Question]
+    #: (page, median seconds to render it) for the dashboard's views
+    pages: list[tuple[str, float]]
 
 
 def generate(count: int, *, seed: int, now: datetime) -> Iterator[tuple[JSON, datetime]]:
@@ -201,10 +205,53 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
                     results.append(Question(name, ch_s, pg_s, ch_rows, pg_rows))
         finally:
             await asyncio.to_thread(pg.stop)
+        progress("analytics: dashboard pages")
+        pages = await _time_pages(store, runs, now=now.timestamp())
     finally:
         await store.close()
     return Comparison(reports, reports * 19, raw_bytes, ch_load, pg_load, ch_bytes,
-                      pg_bytes, results)
+                      pg_bytes, results, pages)
+
+
+class _StoreSource:
+    """The dashboard's source on the bench's store (its analytics queries)."""
+
+    def __init__(self, store: ReportStore):
+        self._store = store
+
+    async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str],
+                                                                         list[tuple[Any, ...]]]:
+        return await self._store.analytics(sql, parameters)
+
+
+async def _time_pages(store: ReportStore, runs: int, *, now: float) -> list[tuple[str, float]]:
+    """Each dashboard view over the data set (its queries, concurrently, and
+    its HTML): the median of ``runs``, after one warm-up."""
+    source = _StoreSource(store)
+    month = Filters(range="30d")
+    _, top = await source.query(*filters.top_resources(replace(month, top=1)))
+    target = filters.Resource(*top[0][:3]) if top else None
+    pages: dict[str, Callable[[], Awaitable[str]]] = {
+        "overview, 30 days": lambda: views.overview(source, month, now),
+        "trends, 30 days by day": lambda: views.trends(source, month, now),
+        "trends, 7 days ranked by change": lambda: views.trends(
+            source, Filters(range="7d", rank="change"), now),
+        "trends, one namespace": lambda: views.trends(
+            source, replace(month, namespace="team-000"), now),
+        "resources, top 10 high and critical": lambda: views.resources(source, month, None, now),
+        "resources, one resource's history": lambda: views.resources(source, month, target, now),
+        "findings, score 8 or more": lambda: views.findings(source, month),
+    }
+    out = []
+    for name, render in pages.items():
+        await render()
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            await render()
+            times.append(time.perf_counter() - started)
+        out.append((name, statistics.median(times)))
+    return out
 
 
 def _load_postgres(pg: Postgres, data: list[tuple[JSON, datetime]], raw: list[bytes]) -> float:

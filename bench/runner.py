@@ -387,6 +387,9 @@ def _analytics_figures(report: Report, c: analytics.Comparison) -> None:
         report.add(f"analytics {q.name} speedup", q.speedup, "x", (">=", 20),
                    note=f"ClickHouse {q.clickhouse_seconds * 1000:.1f} ms, PostgreSQL JSONB "
                    f"{q.postgres_seconds * 1000:.0f} ms, {c.reports} reports; {same}")
+    for page, seconds in c.pages:
+        report.add(f"dashboard {page}", seconds * 1000, "ms", ("<", 200),
+                   note=f"server time: its queries and HTML, {c.reports} reports, median")
     report.add("analytics ClickHouse bytes per report", c.clickhouse_bytes / c.reports, "bytes",
                note=f"PostgreSQL {c.postgres_bytes / c.reports:.0f}, raw JSON "
                f"{c.raw_json_bytes / c.reports:.0f}")

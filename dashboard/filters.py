@@ -164,6 +164,96 @@ def carried_in(f: Filters, span: Span) -> Query:
             " GROUP BY namespace, policy HAVING fail > 0"), {**params, "start": span.start}
 
 
+def _carried(f: Filters, span: Span, *, table: str = "policy_windows",
+             keys: str = "namespace, policy", only: str = "") -> tuple[str, dict[str, Any]]:
+    """Per series (``keys``) its failing count per bucket of ``span``
+    (``vals``), carried forward through quiet buckets and in from its last
+    window before the range: computed by ClickHouse, one array per series.
+    ``only`` narrows the series (an SQL condition on the keys)."""
+    where, params = _where(f) if "namespace" in keys else _where(replace(f, namespace=""))
+    where += f" AND {only}" if only else ""
+    per_bucket = (
+        f"SELECT {keys},"
+        " toUInt32(toStartOfInterval(window_start, toIntervalSecond({bucket:UInt32}))) AS b,"
+        f" argMax(fail, window_start) AS fail FROM {table} FINAL"
+        " WHERE window_start >= toDateTime({start:UInt32})"
+        " AND window_start < toDateTime({end:UInt32})" + where +
+        f" GROUP BY {keys}, b"
+        f" UNION ALL SELECT {keys}, toUInt32({{start:UInt32}} - 1) AS b,"
+        f" argMax(fail, window_start) AS fail FROM {table} FINAL"
+        " WHERE window_start < toDateTime({start:UInt32})" + where +
+        f" GROUP BY {keys}")
+    sql = (f"SELECT {keys}, arrayMap(i -> if(i > 0, fs[i], 0), arrayMap("
+           "g -> arrayLastIndex(x -> x <= g, bs), arrayMap(n -> {start:UInt32} + n *"
+           " {bucket:UInt32}, range({count:UInt32})))) AS vals"
+           " FROM (SELECT " + keys + ", arraySort(groupArray(b)) AS bs,"
+           " arraySort((v, k) -> k, groupArray(fail), groupArray(b)) AS fs"
+           f" FROM ({per_bucket}) GROUP BY {keys})")
+    return sql, {**params, "bucket": span.bucket, "start": span.start, "end": span.end,
+                 "count": len(span.buckets())}
+
+
+def _ranked(f: Filters) -> str:
+    """The ``top`` series (namespace, policy) by their count at the end of the
+    range, or (``rank=change``) by how far it moved over the range, from plain
+    aggregates; those failing or changing in the range only."""
+    where, _ = _where(f)
+    last = "argMax(fail, window_start)"
+    first = ("argMaxIf(fail, window_start, window_start < toDateTime({start:UInt32} +"
+             " {bucket:UInt32}))")
+    peak = "maxIf(fail, window_start >= toDateTime({start:UInt32}))"
+    order = (f"abs({last} - {first}) DESC, {last} DESC" if f.rank == "change"
+             else f"{last} DESC, {peak} DESC")
+    return ("(namespace, policy) IN (SELECT namespace, policy FROM policy_windows FINAL"
+            " WHERE window_start < toDateTime({end:UInt32})" + where +
+            f" GROUP BY namespace, policy HAVING {last} > 0 OR {peak} > 0 OR {first} > 0"
+            f" ORDER BY {order}, namespace, policy LIMIT {{top:UInt32}})")
+
+
+def top_series(f: Filters, span: Span) -> Query:
+    """The ``top`` series with the highest count at the end of the range, or
+    (``rank=change``) those whose count moved most over it: (namespace,
+    policy, counts per bucket)."""
+    inner, params = _carried(f, span, only=_ranked(f))
+    order = ("abs(vals[-1] - vals[1]) DESC, vals[-1] DESC" if f.rank == "change"
+             else "vals[-1] DESC, arrayMax(vals) DESC")
+    return (f"SELECT namespace, policy, vals FROM ({inner})"
+            f" ORDER BY {order}, namespace, policy"), {**params, "top": f.top}
+
+
+def series_count(f: Filters, span: Span) -> Query:
+    """How many series (namespace, policy) were failing in the range or came
+    into it failing."""
+    where, params = _where(f)
+    return ("SELECT count() FROM (SELECT namespace, policy FROM policy_windows FINAL"
+            " WHERE window_start < toDateTime({end:UInt32})" + where +
+            " GROUP BY namespace, policy HAVING argMax(fail, window_start) > 0"
+            " OR maxIf(fail, window_start >= toDateTime({start:UInt32})) > 0)"), {
+                **params, "start": span.start, "end": span.end}
+
+
+def total_series(f: Filters, span: Span) -> Query:
+    """Failing results of every series together per bucket. Without a
+    namespace, from the cluster-wide totals per policy the pipeline keeps (a
+    series per policy instead of one per namespace and policy)."""
+    if f.namespace:
+        inner, params = _carried(f, span)
+    else:
+        inner, params = _carried(f, span, table="policy_totals_windows", keys="policy")
+    return f"SELECT sumForEach(vals) FROM ({inner})", params
+
+
+def flows(f: Filters, span: Span) -> Query:
+    """New and resolved failures per bucket (buckets without any left out)."""
+    where, params = _where(f)
+    return ("SELECT toUInt32(toStartOfInterval(window_start, toIntervalSecond({bucket:UInt32})))"
+            " AS b, sum(new_failures), sum(resolved_failures) FROM policy_windows FINAL"
+            " WHERE window_start >= toDateTime({start:UInt32})"
+            " AND window_start < toDateTime({end:UInt32})" + where +
+            " GROUP BY b ORDER BY b"), {**params, "bucket": span.bucket, "start": span.start,
+                                         "end": span.end}
+
+
 def _severities(f: Filters) -> list[str]:
     return [f.severity] if f.severity else ["high", "critical"]
 

@@ -36,10 +36,11 @@ async def choices(source: Source) -> Choices:
                    [r[0] for r in policies])
 
 
-async def _trend(source: Source, f: Filters, now: float | None) -> tuple[Span, list[series.Series]]:
-    span = Span.of(f, now)
-    rows, carried = await _ask(source, filters.windows(f, span), filters.carried_in(f, span))
-    return span, series.build(span.buckets(), rows, carried)
+async def _total(source: Source, f: Filters, span: Span) -> list[int]:
+    """Failing results of every series per bucket."""
+    [rows] = await _ask(source, filters.total_series(f, span))
+    totals = rows[0][0] if rows else []
+    return [int(v) for v in totals] or [0] * len(span.buckets())
 
 
 def _link(path: str, f: Filters, **changes: Any) -> str:
@@ -47,10 +48,11 @@ def _link(path: str, f: Filters, **changes: Any) -> str:
 
 
 async def overview(source: Source, f: Filters, now: float | None = None) -> str:
-    (totals, by_ns, by_policy), (span, trend) = await asyncio.gather(
+    span = Span.of(f, now)
+    (totals, by_ns, by_policy), failing = await asyncio.gather(
         _ask(source, filters.totals(f), filters.failing_by(f, "namespace"),
              filters.failing_by(f, "policy")),
-        _trend(source, f, now))
+        _total(source, f, span))
     cards = []
     for cluster, *counts in totals:
         cells = "".join(f'<div class="card {s}"><div class="v" data-status="{s}">{int(n)}</div>'
@@ -60,7 +62,6 @@ async def overview(source: Source, f: Filters, now: float | None = None) -> str:
                      "</section>")
     if not cards:
         cards.append('<section><h2>Results now</h2><p class="muted">no reports yet</p></section>')
-    failing = series.total(trend, len(span.buckets()))
     spark = (f'<section><h2>Failing results, last {f.range}</h2>'
              f'<div class="row">{charts.sparkline(failing)}'
              f'<span data-sparkline-last="{failing[-1] if failing else 0}">now'
@@ -80,15 +81,20 @@ async def overview(source: Source, f: Filters, now: float | None = None) -> str:
 
 
 async def trends(source: Source, f: Filters, now: float | None = None) -> str:
-    span, all_series = await _trend(source, f, now)
+    span = Span.of(f, now)
     buckets = span.buckets()
-    shown = series.ranked(all_series, top=f.top, by=f.rank)
+    top, flow, [(count,)] = await _ask(source, filters.top_series(f, span),
+                                       filters.flows(f, span), filters.series_count(f, span))
+    shown = [series.Series((ns, policy), [int(v) for v in vals], [], [])
+             for ns, policy, vals in top]
     chart = charts.line_chart(buckets, span.bucket, [(s.label, s.fail) for s in shown],
                               title="failing results per namespace and policy")
     legend = "".join(f'<li><span style="background:{charts.color(i)}"></span>'
                      f"{escape(s.label)} <b>{s.last}</b> ({s.change:+d})</li>"
                      for i, s in enumerate(shown))
-    new, gone = series.flows(all_series, len(buckets))
+    per_bucket = {int(b): (int(n), int(g)) for b, n, g in flow}
+    new = [per_bucket.get(b, (0, 0))[0] for b in buckets]
+    gone = [per_bucket.get(b, (0, 0))[1] for b in buckets]
     flow_rows = [(stamp(b), n, g) for b, n, g in zip(buckets, new, gone, strict=True) if n or g]
     flow_table = table("flows", "trends", f, [Column("bucket", "bucket"),
                                               Column("new", "new failures", True),
@@ -98,7 +104,7 @@ async def trends(source: Source, f: Filters, now: float | None = None) -> str:
     return (f'<section><h2>Failing results: top {f.top} by {ranking}, last {f.range} in'
             f' buckets of {_bucket_name(span.bucket)}</h2>{chart}'
             f'<ul class="legend">{legend}</ul>'
-            f'<p class="muted">{len(all_series)} series in the range; a quiet series keeps'
+            f'<p class="muted">{count} series in the range; a quiet series keeps'
             " its last count.</p></section>"
             f"<section><h2>New and resolved failures per bucket</h2>"
             f"{charts.flow_bars(buckets, span.bucket, new, gone)}{flow_table}</section>")
