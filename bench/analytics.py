@@ -154,21 +154,7 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
     await store.start()
     try:
         started = time.perf_counter()
-        by_day: dict[datetime, list[Change]] = {}
-        for obj, when in data:
-            day = when.replace(hour=0, minute=0, second=0, microsecond=0)
-            by_day.setdefault(day, []).append(Change("ADDED", obj,
-                                                     int(obj["metadata"]["resourceVersion"])))
-        for day, changes in sorted(by_day.items()):
-            await store.write_changes(changes, topic="bench", partition=0, offset=0,
-                                      committed=day)
-        trends = _windows(data, settings.cluster)
-        await store.write_policy_counts(trends.counts)
-        await store.write_policy_windows(trends.windows)
-        await store.write_policy_totals_windows(trends.totals)
-        await store.run(lambda c: [c.command(f"OPTIMIZE TABLE {t} FINAL")
-                                   for t in ("reports", "results", "policy_counts",
-                                             "policy_windows", "policy_totals_windows")])
+        await load(store, data, settings.cluster)
         ch_load = time.perf_counter() - started
         ch_bytes = int((await store.analytics(
             "SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database ="
@@ -211,6 +197,26 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
         await store.close()
     return Comparison(reports, reports * 19, raw_bytes, ch_load, pg_load, ch_bytes,
                       pg_bytes, results, pages)
+
+
+async def load(store: ReportStore, data: list[tuple[JSON, datetime]], cluster: str) -> None:
+    """Generated reports into ClickHouse as the pipeline writes them: each
+    version materialized on the day it was written, the counts, and daily
+    windows per namespace and policy and per policy."""
+    by_day: dict[datetime, list[Change]] = {}
+    for obj, when in data:
+        day = when.replace(hour=0, minute=0, second=0, microsecond=0)
+        by_day.setdefault(day, []).append(Change("ADDED", obj,
+                                                 int(obj["metadata"]["resourceVersion"])))
+    for day, changes in sorted(by_day.items()):
+        await store.write_changes(changes, topic="bench", partition=0, offset=0, committed=day)
+    trends = _windows(data, cluster)
+    await store.write_policy_counts(trends.counts)
+    await store.write_policy_windows(trends.windows)
+    await store.write_policy_totals_windows(trends.totals)
+    await store.run(lambda c: [c.command(f"OPTIMIZE TABLE {t} FINAL")
+                               for t in ("reports", "results", "policy_counts",
+                                         "policy_windows", "policy_totals_windows")])
 
 
 class _StoreSource:
