@@ -6,14 +6,17 @@ refreshes in place, and each page is saved as a screenshot
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -23,7 +26,7 @@ from playwright.sync_api import sync_playwright
 from dashboard import filters
 from dashboard.filters import Filters, Span
 from pipeline.resources import RESOURCES
-from tests.e2e.conftest import BIN, Kubectl, Up, client_for
+from tests.e2e.conftest import BIN, Kubectl, Up
 from tests.helpers import report
 
 pytestmark = pytest.mark.e2e
@@ -31,6 +34,8 @@ POLR = RESOURCES[0]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 #: namespace -> failing results of each of its reports
 WORKLOAD = {"web": [3, 1], "db": [4], "api": [2, 2, 1], "batch": [0]}
+#: then web's first report is fixed: three failures resolved
+FIXED = {"web": [0, 1]}
 
 
 def _reports(fails: dict[str, list[int]]) -> list[dict[str, Any]]:
@@ -50,15 +55,18 @@ class Sql:
         self._up = up
 
     def __call__(self, query: tuple[str, dict[str, Any]]) -> list[list[Any]]:
-        import asyncio
-
-        async def ask() -> list[list[Any]]:
-            async with client_for(self._up) as client:
-                r = await client.post("/analytics/v1/query",
-                                      json={"query": query[0], "parameters": query[1]})
-                assert r.status_code == 200, r.text
-                return r.json()["rows"]  # type: ignore[no-any-return]
-        return asyncio.run(ask())
+        # synchronous: Playwright's sync API runs an event loop in this thread
+        config = yaml.safe_load(self._up.kubeconfig.read_text())
+        cluster = config["clusters"][0]["cluster"]
+        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        with httpx.Client(base_url=cluster["server"], timeout=30,
+                          verify=ssl.create_default_context(cadata=ca), headers={
+                              "Authorization": f"Bearer {config['users'][0]['user']['token']}"}
+                          ) as client:
+            r = client.post("/analytics/v1/query",
+                            json={"query": query[0], "parameters": query[1]})
+        assert r.status_code == 200, r.text
+        return r.json()["rows"]  # type: ignore[no-any-return]
 
 
 def _await(condition: Any, what: str, timeout: float = 60) -> Any:
@@ -75,11 +83,12 @@ def _await(condition: Any, what: str, timeout: float = 60) -> Any:
 def dashboard(up) -> Iterator[tuple[Up, str, Sql]]:  # type: ignore[no-untyped-def]
     system: Up = up()
     kubectl = Kubectl(system.kubeconfig)
-    kubectl.run("apply", "-f", "-", input=yaml.safe_dump_all(_reports(WORKLOAD)))
     sql = Sql(system)
-    total = sum(sum(v) for v in WORKLOAD.values())
-    _await(lambda: sql(("SELECT sum(fail) FROM policy_counts FINAL", {}))[0][0] == total,
-           "the counts in ClickHouse")
+    for round_ in (WORKLOAD, FIXED):
+        kubectl.run("apply", "-f", "-", input=yaml.safe_dump_all(_reports(round_)))
+        total = sum(sum(v) for v in {**WORKLOAD, **round_}.values())
+        _await(lambda t=total: sql(("SELECT sum(fail) FROM policy_counts FINAL", {}))[0][0] == t,
+               "the counts in ClickHouse")
     _await(lambda: sql(("SELECT count() FROM reports FINAL WHERE NOT deleted", {}))[0][0] == 7,
            "the reports in ClickHouse")
     proc = subprocess.Popen([str(BIN / "reports-pipeline"), "dashboard", "--data-dir",
@@ -93,7 +102,9 @@ def dashboard(up) -> Iterator[tuple[Up, str, Sql]]:  # type: ignore[no-untyped-d
         yield system, match[1], sql
     finally:
         proc.terminate()
-        assert proc.wait(timeout=30) == 0
+        code = proc.wait(timeout=30)
+        proc.stdout.close()
+        assert code == 0  # SIGTERM stops it cleanly
 
 
 @pytest.fixture
@@ -118,6 +129,10 @@ def _shots() -> Path:
 def _cells(page: Any, table: str, column: int) -> list[str]:
     return [c.strip() for c in page.locator(f"#{table} tbody tr td:nth-child({column})")
             .all_inner_texts()]
+
+
+def _history(page: Any) -> list[tuple[str, ...]]:
+    return list(zip(*(_cells(page, "resource-history", i) for i in range(2, 7)), strict=True))
 
 
 def test_pages_show_what_clickhouse_answers(dashboard, browser) -> None:  # type: ignore[no-untyped-def]
@@ -152,13 +167,14 @@ def test_pages_show_what_clickhouse_answers(dashboard, browser) -> None:  # type
     page.select_option('select[name="namespace"]', "web")
     page.wait_for_url(re.compile(r"namespace=web"))
     [(_, _, web_failed, *_)] = sql(filters.totals(Filters(namespace="web")))
-    assert page.locator('[data-status="fail"]').inner_text() == str(web_failed) == "4"
+    assert page.locator('[data-status="fail"]').inner_text() == str(web_failed) == "1"
     assert _cells(page, "by-namespace", 1) == ["web"]
     spark_web = page.locator("[data-sparkline-last]").get_attribute("data-sparkline-last")
-    assert (spark_all, spark_web) == (str(failed), "4")
+    assert (spark_all, spark_web) == (str(failed), "1")
 
     # Trends: one line per failing series (top 10), each ending at its count now
     page.goto(base + "/trends?range=1h")
+    assert "3" in _cells(page, "flows", 3)  # web-0's three resolved failures
     f = Filters(range="1h")
     top = sql(filters.top_series(f, Span.of(f)))
     lines = page.locator("svg.chart polyline.series")
@@ -188,7 +204,11 @@ def test_pages_show_what_clickhouse_answers(dashboard, browser) -> None:  # type
     assert len(_cells(page, "resource-results", 1)) == len(current) > 0
     assert _cells(page, "resource-results", 3).count("fail") == \
         [r[2] for r in current].count("fail")
-    assert "(new)" in _cells(page, "resource-history", 5)
+    assert ("(new)", "fail") in [row[3:] for row in _history(page)]
+    # in web, report web-0 was fixed: its results went from fail to pass
+    page.goto(base + "/resources?" + urlencode({"kind": kind, "rns": "web", "rname": rname}))
+    fixed = [row for row in _history(page) if row[2] == "web-0"]
+    assert ("fail", "pass") in [row[3:] for row in fixed] and len(fixed) >= 3
     page.screenshot(path=str(shots / "resource.png"), full_page=True)
 
     # Findings with scores at or above the threshold
