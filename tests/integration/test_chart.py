@@ -56,11 +56,12 @@ def render(helm: str, *values: str) -> list[dict[str, Any]]:
 VALUE_SETS = {
     "defaults": (),
     "with Kafka": ("kafka.deploy=true", "frontend.replicas=3", "worker.replicas=2",
-                   "metrics.serviceMonitor.enabled=true"),
+                   "metrics.serviceMonitor.enabled=true", "dashboard.enabled=true"),
     "own certificate and secrets": ("tls.existingSecret=reports-tls", "tls.caBundle=Y2E=",
                                     "clickhouse.existingSecret=clickhouse-url",
                                     "image.repository=registry.example/reports-pipeline",
-                                    "image.tag=0.1.0-rc1"),
+                                    "image.tag=0.1.0-rc1", "dashboard.enabled=true",
+                                    "dashboard.existingSecret=dashboard-token"),
 }
 
 
@@ -147,6 +148,25 @@ def test_the_service_monitor_is_optional(helm: str) -> None:
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     service = by_kind(docs, "Service")["reports-pipeline-metrics"]
     assert service["spec"]["ports"][0]["targetPort"] == "probes"
+
+
+def test_the_dashboard_is_optional(helm: str) -> None:
+    assert not any("dashboard" in name for name in by_kind(render(helm), "Deployment"))
+    docs = render(helm, "dashboard.enabled=true")
+    deployment = by_kind(docs, "Deployment")["reports-pipeline-dashboard"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "dashboard"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REPORTS_DASHBOARD_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "rp-dashboard", "key": "token"}
+    assert "CLICKHOUSE_URL" in env
+    secret = by_kind(docs, "Secret")["rp-dashboard"]
+    assert len(base64.b64decode(secret["data"]["token"])) == 32
+    service = by_kind(docs, "Service")["reports-pipeline-dashboard"]
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    # an own Secret: used as given, none made
+    own = render(helm, "dashboard.enabled=true", "dashboard.existingSecret=mine")
+    assert "rp-dashboard" not in by_kind(own, "Secret")
 
 
 def test_an_own_certificate_is_used_as_given(helm: str) -> None:
