@@ -34,6 +34,10 @@ FIGURES = {
     *(f"analytics {q} speedup" for q in ("failing-now", "daily-fails", "top-resources",
                                          "high-scores")),
     *SOAK,
+    *(f"dashboard {page}" for page in (
+        "overview, 30 days", "trends, 30 days by day", "trends, 7 days ranked by change",
+        "trends, one namespace", "resources, top 10 high and critical",
+        "resources, one resource's history", "findings, score 8 or more")),
 }
 
 
