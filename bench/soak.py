@@ -11,6 +11,7 @@ import asyncio
 import bisect
 import contextlib
 import math
+import re
 import statistics
 import threading
 import time
@@ -89,6 +90,9 @@ class Minute:
     errors: int
     system_rss_mb: float
     broker_rss_mb: float
+    #: the most change-log records ClickHouse was behind in the minute (the
+    #: follow agent's lag, from the frontend's /metrics); NaN if never read
+    clickhouse_lag: float = float("nan")
 
 
 @dataclass
@@ -100,6 +104,8 @@ class Soak:
     started: float  #: perf_counter at the start
     samples: list[Sample]
     cut_short: bool = False  #: the last requests outlived the grace period
+    #: (seconds since the start, records ClickHouse was behind)
+    lags: list[tuple[float, float]] = field(default_factory=list)
     _done: list[float] = field(default_factory=list, init=False, repr=False)
     _failed: list[float] = field(default_factory=list, init=False, repr=False)
 
@@ -138,11 +144,12 @@ class Soak:
         for i, (start, end) in enumerate(spans):
             latencies = self.run.write_latencies[self._index(start):self._index(end)]
             rss = self.rss_between(start, end)
+            lags = [lag for at, lag in self.lags if start <= at <= end]
             rows.append(Minute(
                 i + 1, end - start, len(latencies), self.rate(start, end),
                 percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
                 bisect.bisect_left(self._failed, end) - bisect.bisect_left(self._failed, start),
-                rss.system / MB, rss.broker / MB))
+                rss.system / MB, rss.broker / MB, max(lags) if lags else float("nan")))
         return rows
 
     def windows(self) -> list[float]:
@@ -164,18 +171,38 @@ async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concu
     run = Run()
     started = time.perf_counter()
     cut_short = False
+    lags: list[tuple[float, float]] = []
     with RssSampler(pid, started, interval) as rss:
         ticker = asyncio.create_task(_tick(run, rss, started, seconds, progress))
+        lagging = asyncio.create_task(_sample_lag(driver, started, lags, interval * 5))
         try:
             await asyncio.wait_for(closed_loop(driver, pool, concurrency=concurrency,
                                                duration=seconds, run=run), seconds + GRACE)
         except TimeoutError:
             cut_short = True
         finally:
-            ticker.cancel()
-            await asyncio.gather(ticker, return_exceptions=True)
+            for task in (ticker, lagging):
+                task.cancel()
+            await asyncio.gather(ticker, lagging, return_exceptions=True)
     run.seconds = time.perf_counter() - started
-    return Soak(seconds, run, started, rss.samples, cut_short)
+    return Soak(seconds, run, started, rss.samples, cut_short, lags)
+
+
+LAG = re.compile(r'^reports_consumer_lag_records\{agent="follow"\} (\S+)$', re.M)
+
+
+async def _sample_lag(driver: Driver, started: float, lags: list[tuple[float, float]],
+                      every: float) -> None:
+    """How far ClickHouse is behind the change log, from the frontend's metrics."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            async with driver.client.session.get("/metrics") as response:
+                found = LAG.search(await response.text())
+        except (TimeoutError, OSError):
+            continue
+        if found:
+            lags.append((time.perf_counter() - started, float(found[1])))
 
 
 async def _tick(run: Run, rss: RssSampler, started: float, seconds: float,
@@ -253,12 +280,13 @@ def _memory_figures(report: Report, soak: Soak, start: float, label: str) -> Non
 
 def table(rows: list[Minute]) -> str:
     header = ("MINUTE", "WRITES/S", "P50 MS", "P99 MS", "ERRORS", "SYSTEM RSS MB",
-              "BROKER RSS MB")
+              "BROKER RSS MB", "CH LAG")
     lines: list[tuple[Any, ...]] = [header]
     for r in rows:
         minute = f"{r.minute}" if r.seconds >= MINUTE - 1e-6 else f"{r.minute} ({r.seconds:.0f} s)"
         lines.append((minute, f"{r.writes_per_s:.0f}", f"{r.p50_ms:.0f}", f"{r.p99_ms:.0f}",
-                      str(r.errors), f"{r.system_rss_mb:.0f}", f"{r.broker_rss_mb:.0f}"))
+                      str(r.errors), f"{r.system_rss_mb:.0f}", f"{r.broker_rss_mb:.0f}",
+                      "-" if math.isnan(r.clickhouse_lag) else f"{r.clickhouse_lag:.0f}"))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
                                for i, (c, w) in enumerate(zip(line, widths, strict=True)))
