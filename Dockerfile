@@ -11,6 +11,7 @@ COPY apiserver apiserver
 COPY pipeline pipeline
 COPY launcher launcher
 COPY bench bench
+COPY dashboard dashboard
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # Run: the installed wheels only, as a user without privileges.

@@ -102,13 +102,23 @@ async def test_acknowledged_writes_survive_sigkill(up: Callable[..., Up], tmp_pa
         assert len(set(rvs)) == len(rvs), "a resourceVersion was given to two changes"
         # the first write after the restart may wait for the new committer to
         # take over: a client retries 503/504 (Retry-After), as this does
-        async with asyncio.timeout(60):
-            while True:
-                r = await api.post(collection_path(POLR, "durable"),
-                                   json=report(POLR, "after-restart", "durable"))
-                if r.status_code not in (503, 504):
-                    break
-                await asyncio.sleep(1)
+        answers: list[str] = []
+        try:
+            async with asyncio.timeout(60):
+                while True:
+                    try:
+                        r = await api.post(collection_path(POLR, "durable"),
+                                           json=report(POLR, "after-restart", "durable"))
+                    except httpx.TimeoutException as err:
+                        answers.append(repr(err))
+                        continue
+                    answers.append(f"{r.status_code} {r.text[:200]}")
+                    if r.status_code not in (503, 504):
+                        break
+                    await asyncio.sleep(1)
+        except TimeoutError:
+            pytest.fail("no write accepted within 60 s of the restart: " + " | ".join(answers)
+                        + "\n" + "".join(second.output[-80:]))
         if r.status_code == 409:  # an earlier attempt's outcome was unknown, and it landed
             r = await api.get(f"{collection_path(POLR, 'durable')}/after-restart")
         assert r.status_code in (200, 201), r.text
