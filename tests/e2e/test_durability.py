@@ -63,6 +63,7 @@ async def writer(api: httpx.AsyncClient, ledger: Ledger, n: int, stop: asyncio.E
             return  # the system is gone: nothing after this was acknowledged
 
 
+@pytest.mark.timeout(420)
 async def test_acknowledged_writes_survive_sigkill(up: Callable[..., Up], tmp_path: Path
                                                    ) -> None:
     first = up()
@@ -101,10 +102,11 @@ async def test_acknowledged_writes_survive_sigkill(up: Callable[..., Up], tmp_pa
         rvs = [rv for rv, _ in ledger.versions]
         assert len(set(rvs)) == len(rvs), "a resourceVersion was given to two changes"
         # the first write after the restart may wait for the new committer to
-        # take over: a client retries 503/504 (Retry-After), as this does
+        # take over: a client retries 503/504 (Retry-After), as this does.
+        # Usually at once; seen to take over a minute on a loaded machine.
         answers: list[str] = []
         try:
-            async with asyncio.timeout(60):
+            async with asyncio.timeout(150):
                 while True:
                     try:
                         r = await api.post(collection_path(POLR, "durable"),
@@ -117,8 +119,8 @@ async def test_acknowledged_writes_survive_sigkill(up: Callable[..., Up], tmp_pa
                         break
                     await asyncio.sleep(1)
         except TimeoutError:
-            pytest.fail("no write accepted within 60 s of the restart: " + " | ".join(answers)
-                        + "\n" + "".join(second.output[-80:]))
+            pytest.fail("no write accepted within 150 s of the restart: "
+                        + " | ".join(answers) + "\n" + "".join(second.output[-200:]))
         if r.status_code == 409:  # an earlier attempt's outcome was unknown, and it landed
             r = await api.get(f"{collection_path(POLR, 'durable')}/after-restart")
         assert r.status_code in (200, 201), r.text
