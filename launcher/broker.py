@@ -5,7 +5,10 @@ under ``DATA/kafka``.
 Its jars are pinned by ``kafka-broker.pom.xml`` beside this file, fetched from
 Maven Central with Maven on first use and cached outside the work tree. The
 broker's ports are chosen once per data directory and kept, so consumers of
-the public topics find it at the same address after a restart.
+the public topics find it at the same address after a restart, and so does
+the broker itself: after a crash its metadata still holds the address it last
+registered, and its transaction coordinator writes the markers of the
+transactions it finishes there until the new registration replaces it.
 """
 
 from __future__ import annotations
@@ -62,7 +65,11 @@ def free_port() -> int:
 
 
 def _port_free(port: int) -> bool:
+    """Whether the broker can listen on ``port`` again. With SO_REUSEADDR, as
+    the JVM's server sockets have it: the connections a killed broker leaves
+    in TIME_WAIT do not keep it from the port, only a listener does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

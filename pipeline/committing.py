@@ -138,6 +138,8 @@ class CommitService:
                 raise
             except Fenced:
                 log.warning("another committer took over; this one stands down")
+            except kafka.OpenTransaction as err:
+                log.error("cannot take over as the committer: %s", err)
             except Exception:
                 log.exception("committing a batch failed; retrying from the last commit")
                 await asyncio.sleep(1)

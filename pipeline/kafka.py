@@ -12,11 +12,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from pipeline import topics
+from pipeline import topics, transactions
 from pipeline.logs import quiet
 from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError
 from pipeline.settings import Settings
@@ -88,9 +88,27 @@ async def wait_no_open_transactions(settings: Settings, bootstrap: str,
                 if stable >= end:
                     return
                 await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise OpenTransaction(await _open_transactions(settings, bootstrap, tp)) from None
     finally:
         await committed.stop()
         await everything.stop()
+
+
+class OpenTransaction(TimeoutError):
+    """A transaction stays open in the change log (its message says whose)."""
+
+
+async def _open_transactions(settings: Settings, bootstrap: str, tp: TopicPartition) -> str:
+    txn_id = settings.committer_transactional_id
+    try:
+        async with transactions.PartitionTransactions(bootstrap, tp) as partition:
+            producers = await partition.producers()
+            coordinator = await partition.coordinator_view(txn_id)
+    except (KafkaError, transactions.TransactionAdminError) as err:
+        return f"a transaction stays open on {tp.topic}-{tp.partition} ({err})"
+    return transactions.explain(tp, bootstrap, producers, coordinator,
+                                transactional_id=txn_id)
 
 
 class Unreachable(ConnectionError):

@@ -3,11 +3,12 @@ version, pinned in launcher/kafka-broker.pom.xml."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import yaml
 
-from launcher.broker import kafka_version, server_properties
+from launcher.broker import _port_free, kafka_version, server_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,3 +31,22 @@ def test_the_embedded_broker_is_a_single_kraft_node_on_loopback(tmp_path: Path) 
     assert props["log.dirs"] == str(tmp_path)
     assert props["auto.create.topics.enable"] == "false"
     assert props["transaction.state.log.replication.factor"] == "1"
+
+
+def test_a_killed_brokers_port_is_free_again_while_only_its_connections_linger() -> None:
+    """A broker killed with clients connected leaves its side of their
+    connections in TIME_WAIT; the restarted one (listening with SO_REUSEADDR,
+    as the JVM does) can take the port again, and must: its metadata still
+    holds that address."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = listener.accept()
+    assert not _port_free(port), "a port someone listens on is taken"
+    accepted.close()  # the server closes first: its end waits in TIME_WAIT
+    listener.close()
+    client.close()
+    assert _port_free(port)
