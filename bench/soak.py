@@ -93,6 +93,21 @@ class Minute:
     #: the most change-log records ClickHouse was behind in the minute (the
     #: follow agent's lag, from the frontend's /metrics); NaN if never read
     clickhouse_lag: float = float("nan")
+    #: medians in the minute of ClickHouse's tracked memory and of the Python
+    #: interpreter's allocated blocks (thousands): which part of the system's
+    #: memory grows
+    clickhouse_mb: float = float("nan")
+    python_kblocks: float = float("nan")
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """What the frontend's /metrics page said, ``at`` seconds into the phase."""
+
+    at: float
+    lag: float  #: change-log records ClickHouse was behind (the follow agent)
+    clickhouse_mb: float  #: ClickHouse's tracked memory
+    python_kblocks: float  #: the interpreter's allocated blocks, in thousands
 
 
 @dataclass
@@ -104,8 +119,7 @@ class Soak:
     started: float  #: perf_counter at the start
     samples: list[Sample]
     cut_short: bool = False  #: the last requests outlived the grace period
-    #: (seconds since the start, records ClickHouse was behind)
-    lags: list[tuple[float, float]] = field(default_factory=list)
+    scrapes: list[Scrape] = field(default_factory=list)
     _done: list[float] = field(default_factory=list, init=False, repr=False)
     _failed: list[float] = field(default_factory=list, init=False, repr=False)
 
@@ -144,12 +158,15 @@ class Soak:
         for i, (start, end) in enumerate(spans):
             latencies = self.run.write_latencies[self._index(start):self._index(end)]
             rss = self.rss_between(start, end)
-            lags = [lag for at, lag in self.lags if start <= at <= end]
+            scraped = [sc for sc in self.scrapes if start <= sc.at <= end]
+            lags = [sc.lag for sc in scraped if not math.isnan(sc.lag)]
             rows.append(Minute(
                 i + 1, end - start, len(latencies), self.rate(start, end),
                 percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
                 bisect.bisect_left(self._failed, end) - bisect.bisect_left(self._failed, start),
-                rss.system / MB, rss.broker / MB, max(lags) if lags else float("nan")))
+                rss.system / MB, rss.broker / MB, max(lags) if lags else float("nan"),
+                _median([sc.clickhouse_mb for sc in scraped]),
+                _median([sc.python_kblocks for sc in scraped])))
         return rows
 
     def windows(self) -> list[float]:
@@ -171,10 +188,10 @@ async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concu
     run = Run()
     started = time.perf_counter()
     cut_short = False
-    lags: list[tuple[float, float]] = []
+    scrapes: list[Scrape] = []
     with RssSampler(pid, started, interval) as rss:
         ticker = asyncio.create_task(_tick(run, rss, started, seconds, progress))
-        lagging = asyncio.create_task(_sample_lag(driver, started, lags, interval * 5))
+        lagging = asyncio.create_task(_scrape(driver, started, scrapes, interval * 5))
         try:
             await asyncio.wait_for(closed_loop(driver, pool, concurrency=concurrency,
                                                duration=seconds, run=run), seconds + GRACE)
@@ -185,24 +202,37 @@ async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concu
                 task.cancel()
             await asyncio.gather(ticker, lagging, return_exceptions=True)
     run.seconds = time.perf_counter() - started
-    return Soak(seconds, run, started, rss.samples, cut_short, lags)
+    return Soak(seconds, run, started, rss.samples, cut_short, scrapes)
 
 
-LAG = re.compile(r'^reports_consumer_lag_records\{agent="follow"\} (\S+)$', re.M)
+def _median(values: list[float]) -> float:
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.median(known) if known else float("nan")
 
 
-async def _sample_lag(driver: Driver, started: float, lags: list[tuple[float, float]],
-                      every: float) -> None:
-    """How far ClickHouse is behind the change log, from the frontend's metrics."""
+def gauge(page: str, name: str, labels: str = "") -> float:
+    """A sample's value on a Prometheus text page (NaN if absent)."""
+    pattern = re.escape(name) + (re.escape("{" + labels + "}") if labels else "")
+    found = re.search(rf"^{pattern} (\S+)$", page, re.M)
+    return float(found[1]) if found else float("nan")
+
+
+async def _scrape(driver: Driver, started: float, scrapes: list[Scrape],
+                  every: float) -> None:
+    """How far ClickHouse is behind the change log and where the memory is,
+    from the frontend's metrics."""
     while True:
         await asyncio.sleep(every)
         try:
             async with driver.client.session.get("/metrics") as response:
-                found = LAG.search(await response.text())
+                page = await response.text()
         except (TimeoutError, OSError):
             continue
-        if found:
-            lags.append((time.perf_counter() - started, float(found[1])))
+        scrapes.append(Scrape(
+            time.perf_counter() - started,
+            gauge(page, "reports_consumer_lag_records", 'agent="follow"'),
+            gauge(page, "reports_clickhouse_memory_bytes") / MB,
+            gauge(page, "reports_python_allocated_blocks") / 1000))
 
 
 async def _tick(run: Run, rss: RssSampler, started: float, seconds: float,
@@ -280,13 +310,14 @@ def _memory_figures(report: Report, soak: Soak, start: float, label: str) -> Non
 
 def table(rows: list[Minute]) -> str:
     header = ("MINUTE", "WRITES/S", "P50 MS", "P99 MS", "ERRORS", "SYSTEM RSS MB",
-              "BROKER RSS MB", "CH LAG")
+              "BROKER RSS MB", "CH LAG", "CH MEM MB", "PY BLOCKS K")
     lines: list[tuple[Any, ...]] = [header]
     for r in rows:
         minute = f"{r.minute}" if r.seconds >= MINUTE - 1e-6 else f"{r.minute} ({r.seconds:.0f} s)"
         lines.append((minute, f"{r.writes_per_s:.0f}", f"{r.p50_ms:.0f}", f"{r.p99_ms:.0f}",
                       str(r.errors), f"{r.system_rss_mb:.0f}", f"{r.broker_rss_mb:.0f}",
-                      "-" if math.isnan(r.clickhouse_lag) else f"{r.clickhouse_lag:.0f}"))
+                      *("-" if math.isnan(v) else f"{v:.0f}"
+                        for v in (r.clickhouse_lag, r.clickhouse_mb, r.python_kblocks))))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
                                for i, (c, w) in enumerate(zip(line, widths, strict=True)))

@@ -1,7 +1,8 @@
 """How far the worker's materializer is behind the change log, measured on
 its own every few seconds: the log's end (one ListOffsets on a consumer of
 its own) against the position ClickHouse records after each batch. Set as
-``reports_consumer_lag_records{agent="follow"}``."""
+``reports_consumer_lag_records{agent="follow"}``, with ClickHouse's tracked
+memory beside it (``reports_clickhouse_memory_bytes``)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ class LagMonitor:
         while True:
             try:
                 await self.measure()
+                metrics.CLICKHOUSE_MEMORY.set(await self._store.memory_tracked())
             except (KafkaError, StoreError) as err:
                 log.debug("measuring the materializer's lag failed: %s", err)
             await asyncio.sleep(self._interval)

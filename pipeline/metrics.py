@@ -2,10 +2,12 @@
 process, every one set by the part it measures: the frontend's requests and
 watches, its change-log cache, the write path from request to commit and from
 commit to ClickHouse, the worker's consumer lag, ClickHouse query times, the
-committer's batches and authorization decisions. Served on ``/metrics`` by the
+committer's batches, authorization decisions, and where the memory is. Served on ``/metrics`` by the
 frontend and on the probe port of ``serve`` and ``worker``."""
 
 from __future__ import annotations
+
+import sys
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -57,6 +59,15 @@ AUTHORIZATIONS = Counter(
     "reports_authorization_decisions_total", "Authorization decisions, by outcome (allowed,"
     " denied, error) and source (local: system:masters or no authorizer configured; cache;"
     " authorizer: a SubjectAccessReview).", ["decision", "source"], registry=REGISTRY)
+CLICKHOUSE_MEMORY = Gauge(
+    "reports_clickhouse_memory_bytes", "Memory ClickHouse tracks as in use (its"
+    " MemoryTracking metric: with the embedded chDB, its share of this process), sampled"
+    " with the materializer's lag.", registry=REGISTRY)
+PYTHON_BLOCKS = Gauge(
+    "reports_python_allocated_blocks", "Memory blocks the Python interpreter holds"
+    " (sys.getallocatedblocks): the growth of its own heap, apart from native libraries'.",
+    registry=REGISTRY)
+PYTHON_BLOCKS.set_function(sys.getallocatedblocks)
 
 
 def exposition() -> tuple[bytes, str]:

@@ -395,6 +395,14 @@ class ReportStore:
             return Progress(int(rows[0][0]), int(rows[0][1])) if rows else None
         return await self.run(query)
 
+    async def memory_tracked(self) -> int:
+        """Bytes ClickHouse tracks as in use (MemoryTracking)."""
+        def query(client: Client) -> int:
+            rows = client.query("SELECT value FROM system.metrics"
+                                " WHERE metric = 'MemoryTracking'").result_rows
+            return int(rows[0][0]) if rows else 0
+        return await self.run(query)
+
     async def watermark(self) -> int:
         """Highest resourceVersion materialized (0 when empty): every change up
         to it is in ClickHouse. Read from the materializer's progress (a row

@@ -96,6 +96,10 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         assert any(labels.get("agent") == agent
                    for labels, _ in scraped["reports_consumer_lag_records"]), agent
 
+    # where the memory is: ClickHouse's tracked bytes and the interpreter's blocks
+    assert value("reports_clickhouse_memory_bytes") > 1024 * 1024
+    assert value("reports_python_allocated_blocks") > 100_000
+
     # nothing registered that the workload left unset
     registered = {m.name for m in metrics.REGISTRY.collect()}
     assert registered == {
@@ -103,4 +107,5 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_watch_cache_events", "reports_watch_cache_age_seconds",
         "reports_write_commit_seconds", "reports_commit_to_clickhouse_seconds",
         "reports_consumer_lag_records", "reports_clickhouse_query_seconds",
-        "reports_committer_batch_requests", "reports_authorization_decisions"}
+        "reports_committer_batch_requests", "reports_authorization_decisions",
+        "reports_clickhouse_memory_bytes", "reports_python_allocated_blocks"}
