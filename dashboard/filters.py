@@ -92,10 +92,14 @@ class Span:
     bucket: int
 
     @classmethod
-    def of(cls, f: Filters, now: float | None = None) -> Span:
-        bucket = f.bucket_seconds
+    def last(cls, seconds: int, bucket: int, now: float | None = None) -> Span:
+        """Whole buckets covering the last ``seconds`` up to now (at least one)."""
         end = (int(now if now is not None else time.time()) // bucket + 1) * bucket
-        return cls(end - (f.range_seconds // bucket) * bucket, end, bucket)
+        return cls(end - max(1, -(-seconds // bucket)) * bucket, end, bucket)
+
+    @classmethod
+    def of(cls, f: Filters, now: float | None = None) -> Span:
+        return cls.last(f.range_seconds, f.bucket_seconds, now)
 
     def buckets(self) -> list[int]:
         return list(range(self.start, self.end, self.bucket))

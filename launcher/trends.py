@@ -13,7 +13,6 @@ import asyncio
 import base64
 import re
 import ssl
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -112,8 +111,7 @@ class TrendQuery:
 
     def span(self, now: float | None = None) -> Span:
         """Whole buckets covering the last ``since`` seconds up to now."""
-        end = (int(now if now is not None else time.time()) // self.bucket + 1) * self.bucket
-        return Span(end - -(-self.since // self.bucket) * self.bucket, end, self.bucket)
+        return Span.last(self.since, self.bucket, now)
 
 
 def render_table(span: Span, data: Sequence[Series]) -> str:

@@ -49,6 +49,9 @@ def test_span_is_whole_buckets_up_to_now() -> None:
     span = Span.of(Filters(range="1h"), now=T0 + 90)
     assert span.end == T0 + 120 and span.start == span.end - 3600
     assert len(span.buckets()) == 60 and span.buckets()[0] == span.start
+    # a range shorter than a bucket is the bucket holding now, not nothing
+    day = Span.of(Filters(range="1h", bucket="1d"), now=T0 + 90)
+    assert day.buckets() == [day.start] and day.start <= T0 + 90 < day.end
 
 
 def test_series_carry_counts_in_and_forward() -> None:
