@@ -21,7 +21,7 @@ SOAK = {
       for per in ("", " per 1,000 writes")),
 }
 MINUTE_COLUMNS = {"minute", "seconds", "writes", "writes_per_s", "p50_ms", "p99_ms", "errors",
-                  "clickhouse_lag",
+                  "clickhouse_lag", "clickhouse_mb", "python_kblocks",
                   "system_rss_mb", "broker_rss_mb"}
 FIGURES = {
     "startup", "create throughput", "create throughput, first creates",
