@@ -20,7 +20,7 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -51,6 +51,9 @@ from pipeline.store import ReportStore, StoreError, redacted
 from pipeline.worker import build_app, build_committer
 
 log = logging.getLogger(__name__)
+
+#: how long each part may take to stop before the others stop without it
+STOP_SECONDS = 30.0
 
 
 class AlreadyRunning(RuntimeError):
@@ -198,7 +201,7 @@ class System:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # ClickHouse first: it is the quicker to find unreachable
         self.store = store = ReportStore(settings, data_dir=self.data_dir)
-        stack.push_async_callback(store.close)
+        self._on_stop("ClickHouse", store.close)
         await store.start()
 
         if not self.bootstrap:
@@ -206,7 +209,7 @@ class System:
                                  cache=Path(settings.kafka_cache) if settings.kafka_cache
                                  else None, progress=_progress)
             await broker.start()
-            stack.push_async_callback(broker.stop)
+            stack.push_async_callback(broker.stop)  # bounded: it kills what does not stop
             self.bootstrap = broker.bootstrap
             self.broker = broker
         await kafka.ensure_topics(settings, self.bootstrap)
@@ -214,23 +217,23 @@ class System:
         if worker:
             app = build_app(settings, store, bootstrap=self.bootstrap, data_dir=self.data_dir)
             await app.start()
-            stack.push_async_callback(app.stop)
+            self._on_stop("the Faust worker", app.stop)
             self.committer = CommitService(
                 settings, build_committer(settings, store, bootstrap=self.bootstrap),
                 bootstrap=self.bootstrap)
             await self.committer.start()
-            stack.push_async_callback(self.committer.stop)
+            self._on_stop("the committer", self.committer.stop)
             lag = LagMonitor(settings, store, bootstrap=self.bootstrap)
             await lag.start()
-            stack.push_async_callback(lag.stop)
+            self._on_stop("the lag monitor", lag.stop)
         if not frontend:
             return
         changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
         await changelog.start()
-        stack.push_async_callback(changelog.stop)
+        self._on_stop("the change-log cache", changelog.stop)
         writer = Writer(settings, bootstrap=self.bootstrap)
         await writer.start()
-        stack.push_async_callback(writer.stop)
+        self._on_stop("the request writer", writer.stop)
 
         service = ReportService(store=store, changelog=changelog, writer=writer)
         if token:
@@ -242,6 +245,18 @@ class System:
 
     async def stop(self) -> None:
         await self._stack.aclose()
+
+    def _on_stop(self, part: str, stop: Callable[[], Awaitable[object]]) -> None:
+        """Stop ``part`` with the rest, in reverse order; one that does not stop
+        within ``STOP_SECONDS`` is logged and left behind so the others still
+        stop (a hung consumer must not keep the broker and ClickHouse open)."""
+        async def bounded() -> None:
+            try:
+                async with asyncio.timeout(STOP_SECONDS):
+                    await stop()
+            except TimeoutError:
+                log.error("%s did not stop within %g s; stopping the rest", part, STOP_SECONDS)
+        self._stack.push_async_callback(bounded)
 
 
 async def run(settings: Settings, options: ServeOptions) -> None:

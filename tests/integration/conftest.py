@@ -60,18 +60,15 @@ class Running:
 
 @pytest.fixture
 async def start(data_dir: Path) -> AsyncIterator[Callable[[Settings], object]]:
-    running: list[Running] = []
+    async with contextlib.AsyncExitStack() as running:  # each stops even if one fails
+        async def start_system(settings: Settings, *, worker: bool = True) -> Running:
+            system = System(settings, data_dir, worker=worker)
+            await system.start()
+            r = Running(system)
+            running.push_async_callback(r.close)
+            return r
 
-    async def start_system(settings: Settings, *, worker: bool = True) -> Running:
-        system = System(settings, data_dir, worker=worker)
-        await system.start()
-        r = Running(system)
-        running.append(r)
-        return r
-
-    yield start_system
-    for r in reversed(running):
-        await r.close()
+        yield start_system
 
 
 @pytest.fixture
