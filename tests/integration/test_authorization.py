@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -69,6 +70,7 @@ class KubeApiserver:
                                  Route(ACCESS_REVIEWS, access_review, methods=["POST"])])
 
 
+@contextlib.asynccontextmanager
 async def serving(app: Any, sock: socket.socket, **tls: Any) -> AsyncIterator[uvicorn.Server]:
     config = tls.pop("config", None) or uvicorn.Config(app, log_level="warning",
                                                        lifespan="off", **tls)
@@ -119,74 +121,71 @@ async def test_delegated_authentication_and_authorization(
     cert, key = ensure_certificate(tmp_path / "serving")
     frontend_sock = listening()
     frontend = f"https://127.0.0.1:{frontend_sock.getsockname()[1]}"
-    kube_server = serving(kube.app(), kube_sock, ssl_certfile=str(api_cert),
-                          ssl_keyfile=str(api_key))
-    try:
-        await kube_server.__anext__()
-        async for _ in serving(None, frontend_sock, config=https_config(
-                system.app, cert=cert, key=key, client_ca=ca_file)):  # type: ignore[arg-type]
-            context = ssl.create_default_context(cafile=str(cert))
-            context.load_cert_chain(tmp_path / "aggregator.crt", tmp_path / "aggregator.key")
-            alice = httpx.AsyncClient(base_url=frontend, verify=context, timeout=15, headers={
-                "X-Remote-User": "alice", "X-Remote-Group": "team-a"})
-            async with alice:
-                team_a, team_b = collection_path(POLR, "team-a"), collection_path(POLR, "team-b")
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(frontend_sock.close)
+        stack.callback(kube_sock.close)
+        stack.push_async_callback(system.stop)
+        stack.push_async_callback(reviews.close)
+        kube_server = await stack.enter_async_context(contextlib.AsyncExitStack())
+        await kube_server.enter_async_context(serving(
+            kube.app(), kube_sock, ssl_certfile=str(api_cert), ssl_keyfile=str(api_key)))
+        await stack.enter_async_context(serving(None, frontend_sock, config=https_config(
+            system.app, cert=cert, key=key, client_ca=ca_file)))  # type: ignore[arg-type]
+        context = ssl.create_default_context(cafile=str(cert))
+        context.load_cert_chain(tmp_path / "aggregator.crt", tmp_path / "aggregator.key")
+        alice = httpx.AsyncClient(base_url=frontend, verify=context, timeout=15, headers={
+            "X-Remote-User": "alice", "X-Remote-Group": "team-a"})
+        async with alice:
+            team_a, team_b = collection_path(POLR, "team-a"), collection_path(POLR, "team-b")
+            assert (await alice.get(team_a)).status_code == 200
+            created = await alice.post(team_a, json=report(POLR, "r", "team-a"))
+            assert created.status_code == 201, created.text
+
+            denied = await alice.post(team_b, json=report(POLR, "r", "team-b"))
+            assert denied.status_code == 403
+            assert denied.json()["message"] == (
+                'policyreports.wgpolicyk8s.io is forbidden: User "alice" cannot create'
+                ' resource "policyreports" in API group "wgpolicyk8s.io" in the namespace'
+                ' "team-b": no RBAC policy matched')
+            assert (await alice.get(team_b)).status_code == 403
+            watched = await alice.get(team_b, params={"watch": "true"})
+            assert watched.status_code == 403
+            assert "cannot watch resource" in watched.json()["message"]
+            cluster = await alice.get(collection_path(CPOLR, ""))
+            assert cluster.status_code == 403
+            assert "at the cluster scope" in cluster.json()["message"]
+            deleting = await alice.delete(f"{team_a}/r")
+            assert deleting.status_code == 200
+
+            # what the authorizer was asked, and that its answers are reused
+            asked = kube.access_reviews[0]
+            assert asked["user"] == "alice" and asked["groups"] == ["team-a"]
+            assert asked["resourceAttributes"] == {
+                "verb": "list", "group": "wgpolicyk8s.io", "version": "v1alpha2",
+                "resource": "policyreports", "namespace": "team-a", "name": ""}
+            before = len(kube.access_reviews)
+            for _ in range(3):
                 assert (await alice.get(team_a)).status_code == 200
-                created = await alice.post(team_a, json=report(POLR, "r", "team-a"))
-                assert created.status_code == 201, created.text
+            assert len(kube.access_reviews) == before
 
-                denied = await alice.post(team_b, json=report(POLR, "r", "team-b"))
-                assert denied.status_code == 403
-                assert denied.json()["message"] == (
-                    'policyreports.wgpolicyk8s.io is forbidden: User "alice" cannot create'
-                    ' resource "policyreports" in API group "wgpolicyk8s.io" in the namespace'
-                    ' "team-b": no RBAC policy matched')
-                assert (await alice.get(team_b)).status_code == 403
-                watched = await alice.get(team_b, params={"watch": "true"})
-                assert watched.status_code == 403
-                assert "cannot watch resource" in watched.json()["message"]
-                cluster = await alice.get(collection_path(CPOLR, ""))
-                assert cluster.status_code == 403
-                assert "at the cluster scope" in cluster.json()["message"]
-                deleting = await alice.delete(f"{team_a}/r")
-                assert deleting.status_code == 200
+        # a bearer token, checked with a TokenReview, without a client certificate
+        plain = ssl.create_default_context(cafile=str(cert))
+        async with httpx.AsyncClient(base_url=frontend, verify=plain, timeout=15) as anon:
+            token = {"Authorization": "Bearer alice-token"}
+            assert (await anon.get(team_a, headers=token)).status_code == 200
+            assert (await anon.get(team_b, headers=token)).status_code == 403
+            assert (await anon.get(team_a, headers={
+                "Authorization": "Bearer wrong"})).status_code == 401
+            # headers without the front-proxy certificate are not trusted
+            assert (await anon.get(team_a, headers={
+                "X-Remote-User": "alice", "X-Remote-Group": "team-a"})).status_code == 401
+            assert (await anon.get("/healthz")).status_code == 200
 
-                # what the authorizer was asked, and that its answers are reused
-                asked = kube.access_reviews[0]
-                assert asked["user"] == "alice" and asked["groups"] == ["team-a"]
-                assert asked["resourceAttributes"] == {
-                    "verb": "list", "group": "wgpolicyk8s.io", "version": "v1alpha2",
-                    "resource": "policyreports", "namespace": "team-a", "name": ""}
-                before = len(kube.access_reviews)
-                for _ in range(3):
-                    assert (await alice.get(team_a)).status_code == 200
-                assert len(kube.access_reviews) == before
-
-            # a bearer token, checked with a TokenReview, without a client certificate
-            plain = ssl.create_default_context(cafile=str(cert))
-            async with httpx.AsyncClient(base_url=frontend, verify=plain, timeout=15) as anon:
-                token = {"Authorization": "Bearer alice-token"}
-                assert (await anon.get(team_a, headers=token)).status_code == 200
-                assert (await anon.get(team_b, headers=token)).status_code == 403
-                assert (await anon.get(team_a, headers={
-                    "Authorization": "Bearer wrong"})).status_code == 401
-                # headers without the front-proxy certificate are not trusted
-                assert (await anon.get(team_a, headers={
-                    "X-Remote-User": "alice", "X-Remote-Group": "team-a"})).status_code == 401
-                assert (await anon.get("/healthz")).status_code == 200
-
-            # the authorizer down: 503, never an allow
-            await kube_server.aclose()
-            async with httpx.AsyncClient(base_url=frontend, verify=context, timeout=15,
-                                         headers={"X-Remote-User": "bob",
-                                                  "X-Remote-Group": "team-a"}) as bob:
-                down = await bob.get(team_a)
-                assert down.status_code == 503 and down.headers["retry-after"] == "1"
-                assert down.json()["reason"] == "ServiceUnavailable"
-            break
-    finally:
+        # the authorizer down: 503, never an allow
         await kube_server.aclose()
-        await reviews.close()
-        await system.stop()
-        kube_sock.close()
-        frontend_sock.close()
+        async with httpx.AsyncClient(base_url=frontend, verify=context, timeout=15,
+                                     headers={"X-Remote-User": "bob",
+                                              "X-Remote-Group": "team-a"}) as bob:
+            down = await bob.get(team_a)
+            assert down.status_code == 503 and down.headers["retry-after"] == "1"
+            assert down.json()["reason"] == "ServiceUnavailable"
