@@ -161,8 +161,10 @@ class CommitService:
             metrics.CONSUMER_LAG.labels("committer").set(
                 max(0, highwater - records[-1].offset - 1))
         try:
-            decisions = await self._committer.decide_batch(requests)
-            await self.publish(requests, decisions, next_offset=records[-1].offset + 1)
+            with metrics.COMMITTER_TRANSACTION_SECONDS.labels("decide").time():
+                decisions = await self._committer.decide_batch(requests)
+            with metrics.COMMITTER_TRANSACTION_SECONDS.labels("publish").time():
+                await self.publish(requests, decisions, next_offset=records[-1].offset + 1)
             await self._committer.trim()
         except BaseException:
             # Nothing of this batch is visible: decide it again, from state

@@ -55,6 +55,11 @@ CLICKHOUSE_SECONDS = Histogram(
 COMMITTER_BATCH = Histogram(
     "reports_committer_batch_requests", "Write requests the committer decides in one"
     " transaction.", buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=REGISTRY)
+COMMITTER_TRANSACTION_SECONDS = Histogram(
+    "reports_committer_transaction_seconds", "One batch of the committer, by step: decide"
+    " (versions and preconditions, in memory) and publish (its Kafka transaction: changes,"
+    " replies and the requests offset, committed).", ["step"], buckets=LATENCY,
+    registry=REGISTRY)
 AUTHORIZATIONS = Counter(
     "reports_authorization_decisions_total", "Authorization decisions, by outcome (allowed,"
     " denied, error) and source (local: system:masters or no authorizer configured; cache;"

@@ -88,6 +88,8 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
     assert value("reports_commit_to_clickhouse_seconds_sum") / value(
         "reports_commit_to_clickhouse_seconds_count") < 60
     assert value("reports_committer_batch_requests_count") >= 1
+    for step in ("decide", "publish"):
+        assert value("reports_committer_transaction_seconds_count", step=step) >= 1, step
     for operation in ("read", "write", "analytics"):
         assert value("reports_clickhouse_query_seconds_count", operation=operation) >= 1
     assert value("reports_authorization_decisions_total", decision="allowed") >= 10
@@ -107,5 +109,6 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_watch_cache_events", "reports_watch_cache_age_seconds",
         "reports_write_commit_seconds", "reports_commit_to_clickhouse_seconds",
         "reports_consumer_lag_records", "reports_clickhouse_query_seconds",
-        "reports_committer_batch_requests", "reports_authorization_decisions",
+        "reports_committer_batch_requests", "reports_committer_transaction_seconds",
+        "reports_authorization_decisions",
         "reports_clickhouse_memory_bytes", "reports_python_allocated_blocks"}
