@@ -207,7 +207,8 @@ def server_properties(*, port: int, controller_port: int, logs: Path) -> str:
 
 
 def log4j_properties(log_file: Path) -> str:
-    """Warnings and the broker's start and stop, in a file of bounded size."""
+    """Warnings, the broker's start and stop and its transaction coordinator's
+    decisions, in a file of bounded size."""
     return f"""status = warn
 appender.file.type = RollingFile
 appender.file.name = file
@@ -226,6 +227,8 @@ logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
 logger.broker.name = kafka.server.BrokerServer
 logger.broker.level = INFO
+logger.transactions.name = kafka.coordinator.transaction
+logger.transactions.level = INFO
 """
 
 

@@ -32,6 +32,7 @@ from pipeline.messages import REQUEST_ID_HEADER, DecodeError, WriteRequest
 from pipeline.objects import identity, object_key
 from pipeline.settings import Settings
 from pipeline.topics import PARTITION
+from pipeline.transactions import CoordinatorView
 
 log = logging.getLogger(__name__)
 #: Most requests decided in one transaction.
@@ -63,6 +64,9 @@ class CommitService:
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()  # one batch at a time; a rebalance waits for it
         self._task: asyncio.Task[None] | None = None
+        #: The coordinator's view of the transactional.id before this worker's
+        #: take-over changed it (a 1-tuple: the view may be None).
+        self._before: tuple[CoordinatorView | None] | None = None
         self.owning = False
         #: Transactions committed and lost to fencing (for tests and metrics).
         self.committed = 0
@@ -104,8 +108,14 @@ class CommitService:
 
     async def take_over(self) -> None:
         """Start a producer with the committer's transactional.id (fencing any
-        earlier one), wait until no transaction of an earlier one is pending in
-        the change log, and recover the committer's state from it."""
+        earlier one), end what an earlier one left hanging, wait until no
+        transaction of an earlier one is pending in the change log, and
+        recover the committer's state from it."""
+        if self._before is None:
+            # How the coordinator ended the earlier producer's last transaction
+            # is known only until this one's InitProducerId; kept until a
+            # take-over gets through.
+            self._before = (await kafka.committer_view(self._settings, self._bootstrap),)
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True,
             transactional_id=self._settings.committer_transactional_id,
@@ -116,11 +126,18 @@ class CommitService:
         try:
             # The producer id and epoch (InitProducerId): this is the fencing step.
             await producer._txn_manager.wait_for_pid()
+            for ended in await kafka.end_hanging(
+                    self._settings, self._bootstrap, self._before[0],
+                    producer_id=producer._txn_manager.producer_id,
+                    epoch=producer._txn_manager.producer_epoch):
+                log.warning("%s: its coordinator had finished it, but its marker never"
+                            " reached the partition", ended)
             await kafka.wait_no_open_transactions(self._settings, self._bootstrap)
             await self._committer.recover()
         except BaseException:
             await producer.stop()
             raise
+        self._before = None
         self._producer = producer
         log.info("this worker is the committer (transactional.id %s)",
                  self._settings.committer_transactional_id)
@@ -148,7 +165,21 @@ class CommitService:
         if not self.owning:
             return  # revoked between fetch and now: the new owner decides these
         if self._producer is None:
-            await self.take_over()
+            assert self._consumer is not None
+            try:
+                await self.take_over()
+                # the last transaction's offset, final now that the earlier
+                # committer is fenced and its transactions ended
+                committed = await self._committed()
+            except BaseException:
+                await self._drop_producer()
+                self._consumer.seek(self._tp, records[0].offset)  # decided after a take-over
+                raise
+            if committed != records[0].offset:  # decided by the earlier committer, or not yet
+                records = [r for r in records if r.offset >= committed]
+                if not records or records[0].offset != committed:
+                    self._consumer.seek(self._tp, committed)
+                    return
         requests = []
         for record in records:
             try:
@@ -208,12 +239,18 @@ class CommitService:
 
     async def _rewind(self) -> None:
         """Back to the last committed offset of the requests partition."""
-        assert self._consumer is not None
         with contextlib.suppress(KafkaError, AssertionError, ValueError):
-            committed = await self._consumer.committed(self._tp)
-            if committed is None:
-                committed = (await self._consumer.beginning_offsets([self._tp]))[self._tp]
+            committed = await self._committed()
+            assert self._consumer is not None
             self._consumer.seek(self._tp, committed)
+
+    async def _committed(self) -> int:
+        """The requests partition's committed offset (its beginning if none)."""
+        assert self._consumer is not None
+        committed = await self._consumer.committed(self._tp)
+        if committed is None:
+            committed = (await self._consumer.beginning_offsets([self._tp]))[self._tp]
+        return int(committed)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -34,6 +34,8 @@ MAX_REQUEST_BYTES = MAX_MESSAGE_BYTES
 #: Consumers see only committed transactions: the committer publishes every
 #: change in a transaction, and a fenced committer's are aborted.
 ISOLATION = "read_committed"
+#: Where Kafka keeps consumer groups' offsets.
+OFFSETS_TOPIC = "__consumer_offsets"
 #: How long the broker holds a fetch that finds no records.
 IDLE_FETCH_WAIT_MS = 5000
 
@@ -102,13 +104,39 @@ class OpenTransaction(TimeoutError):
 async def _open_transactions(settings: Settings, bootstrap: str, tp: TopicPartition) -> str:
     txn_id = settings.committer_transactional_id
     try:
-        async with transactions.PartitionTransactions(bootstrap, tp) as partition:
-            producers = await partition.producers()
-            coordinator = await partition.coordinator_view(txn_id)
+        async with transactions.Transactions(bootstrap) as admin:
+            producers = await admin.producers(tp)
+            coordinator = await admin.coordinator_view(txn_id)
     except (KafkaError, transactions.TransactionAdminError) as err:
         return f"a transaction stays open on {tp.topic}-{tp.partition} ({err})"
     return transactions.explain(tp, bootstrap, producers, coordinator,
                                 transactional_id=txn_id)
+
+
+async def committer_view(settings: Settings, bootstrap: str
+                         ) -> transactions.CoordinatorView | None:
+    """The coordinator's view of the committer's transactional.id."""
+    async with transactions.Transactions(bootstrap) as admin:
+        return await admin.coordinator_view(settings.committer_transactional_id)
+
+
+async def end_hanging(settings: Settings, bootstrap: str,
+                      before: transactions.CoordinatorView | None, *, producer_id: int,
+                      epoch: int) -> list[transactions.Hanging]:
+    """End the committer's hanging transactions (``transactions.hanging``) on
+    every partition its transactions write: the change log, the replies and
+    its group's offsets."""
+    async with transactions.Transactions(bootstrap) as admin:
+        offsets = transactions.offsets_partition(
+            settings.committer_group, await admin.partitions(OFFSETS_TOPIC))
+        found = {tp: await admin.producers(tp) for tp in (
+            TopicPartition(settings.changes_topic, 0),
+            TopicPartition(settings.replies_topic, 0),
+            TopicPartition(OFFSETS_TOPIC, offsets))}
+        ended = transactions.hanging(found, before, producer_id=producer_id, epoch=epoch)
+        for h in ended:
+            await admin.end(h)
+        return ended
 
 
 class Unreachable(ConnectionError):

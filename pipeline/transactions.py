@@ -1,14 +1,26 @@
-"""Kafka adapter: what holds a partition's last stable offset back.
+"""Kafka adapter: what holds a partition's last stable offset back, and
+ending the committer's own hanging transactions.
 
 A transaction is *hanging* when its records are in a partition but no commit
-or abort marker ever comes (its coordinator finished it without reaching the
-partition's leader, or lost track of it): the last stable offset stays at its
-first record, and readers of committed records wait behind it for ever. Only
-an operator can decide to abort it (KIP-664: ``kafka-transactions.sh
-find-hanging`` and ``abort``); what the system can do is say so precisely.
-That needs the partition's active producers (DescribeProducers) and the
-coordinator's state of a transactional.id (DescribeTransactions); aiokafka has
-neither request, so they are declared here on its protocol types.
+or abort marker ever comes: the last stable offset stays at its first record,
+and readers of committed records wait behind it for ever. Kafka itself leaves
+one behind when a single broker restarts after a crash: while the new
+incarnation waits for the old one's registration to expire, its transaction
+coordinator already runs and sends markers to a listener that is not up yet;
+when the old registration is fenced every partition is briefly leaderless,
+and the coordinator drops the markers as if the partitions had been deleted
+("Couldn't find leader endpoint ... can be skipped") and records the
+transaction complete.
+
+The committer owns its transactional.id, so after it has fenced every earlier
+producer of the id (InitProducerId, which returns only once the coordinator
+has finished every transaction it knows), an open transaction of that id's
+producer at an older epoch on one of its partitions is hanging, and the
+committer ends it as the coordinator decided, writing the markers itself
+(WriteTxnMarkers, as ``kafka-transactions.sh abort`` does; KIP-664). Any
+other open transaction is named with its remedy. aiokafka has none of these
+requests (DescribeProducers, DescribeTransactions, WriteTxnMarkers), so they
+are declared here on its protocol types.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.errors import for_code
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
+    Boolean,
     CompactArray,
     CompactString,
     Int16,
@@ -155,6 +168,111 @@ class ActiveProducer:
     txn_start_offset: int  # the open transaction's first offset, or -1
 
 
+@dataclass(frozen=True)
+class Hanging:
+    """A hanging transaction and how it ends (True: committed)."""
+
+    tp: TopicPartition
+    producer: ActiveProducer
+    commit: bool
+
+    def __str__(self) -> str:
+        return (f"{'committed' if self.commit else 'aborted'} the hanging transaction of"
+                f" producer {self.producer.producer_id} epoch {self.producer.producer_epoch}"
+                f" on {self.tp.topic}-{self.tp.partition} (open since offset"
+                f" {self.producer.txn_start_offset})")
+
+
+def hanging(found: dict[TopicPartition, list[ActiveProducer]], before: CoordinatorView | None,
+            *, producer_id: int, epoch: int) -> list[Hanging]:
+    """The transactions of earlier producers of a transactional.id still open
+    once ``producer_id`` at ``epoch`` holds it, and how each ends. ``before``
+    is the coordinator's view of the id before that producer fenced the
+    earlier ones: a transaction committed when it records this very one
+    (same producer and epoch) committing or committed; any other ended
+    aborted (an open transaction is aborted on fencing, and a timed-out one
+    is aborted at a new epoch). Pure."""
+    ours = {producer_id} | ({before.producer_id} if before else set())
+    decided: list[Hanging] = []
+    for tp, producers in found.items():
+        for p in producers:
+            if p.txn_start_offset < 0 or p.producer_id not in ours:
+                continue
+            if p.producer_id == producer_id and p.producer_epoch >= epoch:
+                continue  # the new producer's own
+            committed = (before is not None and before.producer_id == p.producer_id
+                         and before.producer_epoch == p.producer_epoch
+                         and before.state in ("PrepareCommit", "CompleteCommit"))
+            decided.append(Hanging(tp, p, committed))
+    return decided
+
+
+def offsets_partition(group_id: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition holding a group's offsets (the
+    group coordinator's ``Utils.abs(groupId.hashCode()) % partitions``). Pure."""
+    units = group_id.encode("utf-16-be")
+    h = 0
+    for k in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[k:k + 2], "big")) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % partitions
+
+
+class WriteTxnMarkersResponse_v1(Response):
+    API_KEY = 27
+    API_VERSION = 1
+    SCHEMA = Schema(
+        ("markers", CompactArray(
+            ("producer_id", Int64),
+            ("topics", CompactArray(
+                ("name", CompactString("utf-8")),
+                ("partitions", CompactArray(
+                    ("partition_index", Int32),
+                    ("error_code", Int16),
+                    ("tags", TaggedFields))),
+                ("tags", TaggedFields))),
+            ("tags", TaggedFields))),
+        ("tags", TaggedFields),
+    )
+
+
+class WriteTxnMarkersRequest_v1(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 27
+    API_VERSION = 1
+    RESPONSE_TYPE = WriteTxnMarkersResponse_v1
+    SCHEMA = Schema(
+        ("markers", CompactArray(
+            ("producer_id", Int64),
+            ("producer_epoch", Int16),
+            ("transaction_result", Boolean),  # True: commit
+            ("topics", CompactArray(
+                ("name", CompactString("utf-8")),
+                ("partition_indexes", CompactArray(Int32)),
+                ("tags", TaggedFields))),
+            ("coordinator_epoch", Int32),
+            ("tags", TaggedFields))),
+        ("tags", TaggedFields),
+    )
+
+
+WriteTxnMarkersStruct: TypeAlias = WriteTxnMarkersRequest_v1
+
+
+class WriteTxnMarkersRequest(Request[WriteTxnMarkersStruct]):
+    API_KEY = 27
+
+    def __init__(self, hanging: Hanging):
+        self._hanging = hanging
+
+    def build(self, request_struct_class: type[WriteTxnMarkersStruct]
+              ) -> WriteTxnMarkersStruct:
+        h = self._hanging
+        return request_struct_class(
+            [(h.producer.producer_id, h.producer.producer_epoch, h.commit,
+              [(h.tp.topic, [h.tp.partition], {})], h.producer.coordinator_epoch, {})], {})
+
+
 class TransactionAdminError(RuntimeError):
     """The broker could not describe the producers or the transaction."""
 
@@ -181,38 +299,46 @@ def explain(tp: TopicPartition, bootstrap: str, producers: list[ActiveProducer],
     return "\n".join(lines)
 
 
-class PartitionTransactions:
-    """The active producers of one partition (from its leader) and the
-    coordinator's view of a transactional.id."""
+class Transactions:
+    """The active producers of partitions (from their leaders), the
+    coordinator's view of a transactional.id, and markers for hanging
+    transactions."""
 
-    def __init__(self, bootstrap: str, tp: TopicPartition):
+    def __init__(self, bootstrap: str):
         self._client = AIOKafkaClient(bootstrap_servers=bootstrap)
-        self._tp = tp
 
-    async def __aenter__(self) -> PartitionTransactions:
+    async def __aenter__(self) -> Transactions:
         await self._client.bootstrap()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self._client.close()
 
-    async def _leader(self) -> int:
-        self._client.add_topic(self._tp.topic)
+    async def partitions(self, topic: str) -> int:
+        self._client.add_topic(topic)
         await self._client.force_metadata_update()
-        leader = self._client.cluster.leader_for_partition(self._tp)
+        found = self._client.cluster.partitions_for_topic(topic)
+        if not found:
+            raise TransactionAdminError(f"no topic {topic}")
+        return len(found)
+
+    async def _leader(self, tp: TopicPartition) -> int:
+        self._client.add_topic(tp.topic)
+        await self._client.force_metadata_update()
+        leader = self._client.cluster.leader_for_partition(tp)
         if leader is None or leader < 0:
-            raise TransactionAdminError(f"{self._tp.topic}-{self._tp.partition} has no leader")
+            raise TransactionAdminError(f"{tp.topic}-{tp.partition} has no leader")
         return int(leader)
 
-    async def producers(self) -> list[ActiveProducer]:
-        response: Any = await self._client.send(await self._leader(),
-                                                DescribeProducersRequest(self._tp))
+    async def producers(self, tp: TopicPartition) -> list[ActiveProducer]:
+        response: Any = await self._client.send(await self._leader(tp),
+                                                DescribeProducersRequest(tp))
         found: list[ActiveProducer] = []
         for _topic, partitions, _ in response.topics:
             for _index, error_code, message, active, _ in partitions:
                 if error_code:
                     raise TransactionAdminError(
-                        f"describing the producers of {self._tp.topic}: "
+                        f"describing the producers of {tp.topic}-{tp.partition}: "
                         f"{for_code(error_code).__name__} {message or ''}".strip())
                 found.extend(ActiveProducer(producer_id=pid, producer_epoch=epoch,
                                             coordinator_epoch=coordinator,
@@ -237,3 +363,15 @@ class PartitionTransactions:
                                    partitions=frozenset((t, p) for t, ps, _ in topics
                                                         for p in ps))
         return None
+
+    async def end(self, h: Hanging) -> None:
+        """Write the hanging transaction's marker to its partition's leader."""
+        response: Any = await self._client.send(await self._leader(h.tp),
+                                                WriteTxnMarkersRequest(h))
+        for _pid, topics, _ in response.markers:
+            for _name, partitions, _ in topics:
+                for _index, error_code, _ in partitions:
+                    if error_code:
+                        raise TransactionAdminError(
+                            f"ending the transaction of producer {h.producer.producer_id} on"
+                            f" {h.tp.topic}-{h.tp.partition}: {for_code(error_code).__name__}")
