@@ -169,13 +169,15 @@ class CommitService:
             try:
                 await self.take_over()
                 # the last transaction's offset, final now that the earlier
-                # committer is fenced and its transactions ended
-                committed = await self._committed()
+                # committer is fenced and its transactions ended (none: nothing
+                # was ever decided)
+                committed = await self._consumer.committed(self._tp)
             except BaseException:
                 await self._drop_producer()
                 self._consumer.seek(self._tp, records[0].offset)  # decided after a take-over
                 raise
-            if committed != records[0].offset:  # decided by the earlier committer, or not yet
+            if committed is not None and committed != records[0].offset:
+                # decided by the earlier committer, or not yet
                 records = [r for r in records if r.offset >= committed]
                 if not records or records[0].offset != committed:
                     self._consumer.seek(self._tp, committed)
@@ -239,18 +241,12 @@ class CommitService:
 
     async def _rewind(self) -> None:
         """Back to the last committed offset of the requests partition."""
-        with contextlib.suppress(KafkaError, AssertionError, ValueError):
-            committed = await self._committed()
-            assert self._consumer is not None
-            self._consumer.seek(self._tp, committed)
-
-    async def _committed(self) -> int:
-        """The requests partition's committed offset (its beginning if none)."""
         assert self._consumer is not None
-        committed = await self._consumer.committed(self._tp)
-        if committed is None:
-            committed = (await self._consumer.beginning_offsets([self._tp]))[self._tp]
-        return int(committed)
+        with contextlib.suppress(KafkaError, AssertionError, ValueError):
+            committed = await self._consumer.committed(self._tp)
+            if committed is None:
+                committed = (await self._consumer.beginning_offsets([self._tp]))[self._tp]
+            self._consumer.seek(self._tp, committed)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
