@@ -203,7 +203,7 @@ class CommitService:
             # Nothing of this batch is visible: decide it again, from state
             # recovered from the log.
             self._committer.invalidate()
-            await self._rewind()
+            await self._rewind(records[0].offset)
             raise
 
     async def publish(self, requests: list[WriteRequest], decisions: list[Decision], *,
@@ -239,14 +239,18 @@ class CommitService:
             for fut in sent:  # a failed transaction fails every send: seen here
                 fut.add_done_callback(_retrieve)
 
-    async def _rewind(self) -> None:
-        """Back to the last committed offset of the requests partition."""
+    async def _rewind(self, first: int) -> None:
+        """Back to the last committed offset of the requests partition (to
+        ``first``, the failed batch's, when Kafka cannot say): the batch is
+        decided again, never skipped."""
         assert self._consumer is not None
-        with contextlib.suppress(KafkaError, AssertionError, ValueError):
+        try:
             committed = await self._consumer.committed(self._tp)
-            if committed is None:
-                committed = (await self._consumer.beginning_offsets([self._tp]))[self._tp]
-            self._consumer.seek(self._tp, committed)
+        except KafkaError:
+            committed = None
+        # not assigned any more: its next owner starts from the committed offset
+        with contextlib.suppress(KafkaError, AssertionError, ValueError):
+            self._consumer.seek(self._tp, first if committed is None else committed)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
