@@ -43,7 +43,7 @@ from apiserver.writes import Writer
 from launcher.broker import BrokerError, KafkaBroker
 from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
 from launcher.kubeapi import Reviews, endpoint
-from pipeline import kafka
+from pipeline import kafka, metrics
 from pipeline.committing import CommitService
 from pipeline.lag import LagMonitor
 from pipeline.settings import Settings
@@ -199,6 +199,8 @@ class System:
         settings, stack = self.settings, self._stack
         worker, frontend, token = self._roles
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        watch = asyncio.create_task(metrics.watch_event_loop(), name="event-loop-lag")
+        self._on_stop("the event-loop sampler", lambda: _cancelled(watch))
         # ClickHouse first: it is the quicker to find unreachable
         self.store = store = ReportStore(settings, data_dir=self.data_dir)
         self._on_stop("ClickHouse", store.close)
@@ -257,6 +259,12 @@ class System:
             except TimeoutError:
                 log.error("%s did not stop within %g s; stopping the rest", part, STOP_SECONDS)
         self._stack.push_async_callback(bounded)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def run(settings: Settings, options: ServeOptions) -> None:

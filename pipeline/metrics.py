@@ -7,7 +7,9 @@ frontend and on the probe port of ``serve`` and ``worker``."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -73,6 +75,18 @@ PYTHON_BLOCKS = Gauge(
     " (sys.getallocatedblocks): the growth of its own heap, apart from native libraries'.",
     registry=REGISTRY)
 PYTHON_BLOCKS.set_function(sys.getallocatedblocks)
+EVENT_LOOP_LAG = Histogram(
+    "reports_event_loop_lag_seconds", "How late the process's event loop runs a timer"
+    " (sampled every 0.25 s): the wait any request, record or agent step has before its"
+    " turn.", buckets=LATENCY, registry=REGISTRY)
+
+
+async def watch_event_loop(period: float = 0.25) -> None:
+    """Sample the event loop's lag into ``EVENT_LOOP_LAG`` until cancelled."""
+    while True:
+        due = time.perf_counter() + period
+        await asyncio.sleep(period)
+        EVENT_LOOP_LAG.observe(max(0.0, time.perf_counter() - due))
 
 
 def exposition() -> tuple[bytes, str]:

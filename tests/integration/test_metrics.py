@@ -101,6 +101,8 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
     # where the memory is: ClickHouse's tracked bytes and the interpreter's blocks
     assert value("reports_clickhouse_memory_bytes") > 1024 * 1024
     assert value("reports_python_allocated_blocks") > 100_000
+    # the event loop's lag is sampled for as long as the process runs
+    assert value("reports_event_loop_lag_seconds_count") >= 1
 
     # nothing registered that the workload left unset
     registered = {m.name for m in metrics.REGISTRY.collect()}
@@ -111,4 +113,5 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_consumer_lag_records", "reports_clickhouse_query_seconds",
         "reports_committer_batch_requests", "reports_committer_transaction_seconds",
         "reports_authorization_decisions",
-        "reports_clickhouse_memory_bytes", "reports_python_allocated_blocks"}
+        "reports_clickhouse_memory_bytes", "reports_python_allocated_blocks",
+        "reports_event_loop_lag_seconds"}
