@@ -43,7 +43,7 @@ from apiserver.writes import Writer
 from launcher.broker import BrokerError, KafkaBroker
 from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
 from launcher.kubeapi import Reviews, endpoint
-from pipeline import kafka, metrics
+from pipeline import kafka, memory, metrics
 from pipeline.committing import CommitService
 from pipeline.lag import LagMonitor
 from pipeline.settings import Settings
@@ -201,6 +201,9 @@ class System:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         watch = asyncio.create_task(metrics.watch_event_loop(), name="event-loop-lag")
         self._on_stop("the event-loop sampler", lambda: _cancelled(watch))
+        trim = asyncio.create_task(memory.trim_periodically(settings.malloc_trim_seconds),
+                                   name="malloc-trim")
+        self._on_stop("the memory trimmer", lambda: _cancelled(trim))
         # ClickHouse first: it is the quicker to find unreachable
         self.store = store = ReportStore(settings, data_dir=self.data_dir)
         self._on_stop("ClickHouse", store.close)

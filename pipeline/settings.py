@@ -120,6 +120,10 @@ class Settings:
     own (5 GiB for the mark cache alone), not for a process shared with the
     frontend and the worker."""
 
+    malloc_trim_seconds: float = 30.0
+    """REPORTS_MALLOC_TRIM_SECONDS: how often a process hands the memory it has
+    freed back to the system (glibc's ``malloc_trim``); 0: never."""
+
     kafka_cache: str = ""
     """REPORTS_KAFKA_CACHE: where the embedded Kafka's jars are cached (default
     ``~/.cache/reports-pipeline``)."""
