@@ -58,6 +58,7 @@ from launcher.trends import (
     parse_duration,
     run_trends,
 )
+from pipeline import memory
 from pipeline.resources import by_id
 from pipeline.settings import Settings
 
@@ -438,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "up" and not (settings.kafka_bootstrap and settings.clickhouse_url):
         parser.exit(2, f"reports-pipeline {args.command}: needs KAFKA_BOOTSTRAP and"
                        " CLICKHOUSE_URL (use `up` for the embedded defaults)\n")
+    memory.limit_arenas(settings.malloc_arenas)  # before any thread allocates
     try:
         if args.command == "worker":
             health = None if args.health_port is None else listen("0.0.0.0", args.health_port)

@@ -11,9 +11,28 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import os
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
+
+
+#: glibc's mallopt parameter for the most arenas
+M_ARENA_MAX = -8
+
+
+def limit_arenas(arenas: int) -> bool:
+    """At most ``arenas`` malloc arenas for the whole process, as
+    ``MALLOC_ARENA_MAX`` would set (which wins when given). Called before the
+    process starts its threads; returns whether the limit was set."""
+    if arenas <= 0 or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    mallopt = getattr(libc, "mallopt", None)
+    return bool(mallopt is not None and mallopt(M_ARENA_MAX, arenas) == 1)
 
 
 def _malloc_trim() -> Callable[[int], int] | None:

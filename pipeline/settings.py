@@ -124,6 +124,11 @@ class Settings:
     """REPORTS_MALLOC_TRIM_SECONDS: how often a process hands the memory it has
     freed back to the system (glibc's ``malloc_trim``); 0: never."""
 
+    malloc_arenas: int = 2
+    """REPORTS_MALLOC_ARENAS: most glibc malloc arenas per process (as
+    ``MALLOC_ARENA_MAX``, which wins when set); 0: glibc's default, eight per
+    core, each keeping what its threads freed."""
+
     kafka_cache: str = ""
     """REPORTS_KAFKA_CACHE: where the embedded Kafka's jars are cached (default
     ``~/.cache/reports-pipeline``)."""

@@ -39,3 +39,16 @@ async def test_trims_on_schedule_until_cancelled(monkeypatch: pytest.MonkeyPatch
 async def test_zero_seconds_never_trims(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memory, "_malloc_trim", lambda: pytest.fail("looked up"))
     await asyncio.wait_for(memory.trim_periodically(0), 1)
+
+
+def test_arena_limit_leaves_an_explicit_malloc_arena_max(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert not memory.limit_arenas(2)
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    assert not memory.limit_arenas(0)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_arena_limit_is_set_on_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert memory.limit_arenas(8)  # glibc's own default on this machine's cores or more
