@@ -4,7 +4,9 @@ as another, up to eight per core) for reuse, and returns it only from the top
 of the main heap. The frontend, the worker and chDB's threads allocate and
 free reports of ~6 KB all day, so the resident memory of a long-running
 process crept up although neither Python's heap nor ClickHouse's tracked
-memory grew; ``malloc_trim`` returns the free pages of every arena."""
+memory grew. Two arenas for the process (``mallopt``) and ``malloc_trim``
+from time to time, which returns the free pages of every arena, hold the
+growth to a few MB a minute once the caches are full."""
 
 from __future__ import annotations
 
@@ -21,27 +23,27 @@ log = logging.getLogger(__name__)
 M_ARENA_MAX = -8
 
 
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, where it is glibc's (its malloc tunables are glibc's)."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
 def limit_arenas(arenas: int) -> bool:
     """At most ``arenas`` malloc arenas for the whole process, as
     ``MALLOC_ARENA_MAX`` would set (which wins when given). Called before the
     process starts its threads; returns whether the limit was set."""
     if arenas <= 0 or "MALLOC_ARENA_MAX" in os.environ:
         return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    mallopt = getattr(libc, "mallopt", None)
+    mallopt = getattr(_glibc(), "mallopt", None)
     return bool(mallopt is not None and mallopt(M_ARENA_MAX, arenas) == 1)
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the C library has none (musl)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return None
-    trim = getattr(libc, "malloc_trim", None)
+    trim = getattr(_glibc(), "malloc_trim", None)
     if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
