@@ -28,6 +28,7 @@ from pipeline.messages import Change
 from pipeline.objects import identity
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
+from pipeline.tasks import cancel
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]
@@ -143,12 +144,7 @@ class ChangeLog:
         return time.time() - self._events[0].at if self._events else 0.0
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel(self._task)
         if self._consumer is not None:
             await self._consumer.stop()
         if self._offsets is not None:

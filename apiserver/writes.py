@@ -15,6 +15,7 @@ from pipeline import kafka
 from pipeline.messages import DecodeError, Reply, WriteRequest
 from pipeline.objects import object_key
 from pipeline.settings import Settings
+from pipeline.tasks import cancel
 from pipeline.topics import PARTITION
 
 log = logging.getLogger(__name__)
@@ -44,12 +45,7 @@ class Writer:
         self._task = asyncio.create_task(self._run(), name="replies")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel(self._task)
         for fut in self._pending.values():
             fut.cancel()
         if self._producer is not None:

@@ -48,6 +48,7 @@ from pipeline.committing import CommitService
 from pipeline.lag import LagMonitor
 from pipeline.settings import Settings
 from pipeline.store import ReportStore, StoreError, redacted
+from pipeline.tasks import cancel
 from pipeline.worker import build_app, build_committer
 
 log = logging.getLogger(__name__)
@@ -200,10 +201,10 @@ class System:
         worker, frontend, token = self._roles
         self.data_dir.mkdir(parents=True, exist_ok=True)
         watch = asyncio.create_task(metrics.watch_event_loop(), name="event-loop-lag")
-        self._on_stop("the event-loop sampler", lambda: _cancelled(watch))
+        self._on_stop("the event-loop sampler", lambda: cancel(watch))
         trim = asyncio.create_task(memory.trim_periodically(settings.malloc_trim_seconds),
                                    name="malloc-trim")
-        self._on_stop("the memory trimmer", lambda: _cancelled(trim))
+        self._on_stop("the memory trimmer", lambda: cancel(trim))
         # ClickHouse first: it is the quicker to find unreachable
         self.store = store = ReportStore(settings, data_dir=self.data_dir)
         self._on_stop("ClickHouse", store.close)
@@ -262,12 +263,6 @@ class System:
             except TimeoutError:
                 log.error("%s did not stop within %g s; stopping the rest", part, STOP_SECONDS)
         self._stack.push_async_callback(bounded)
-
-
-async def _cancelled(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def run(settings: Settings, options: ServeOptions) -> None:

@@ -31,6 +31,7 @@ from pipeline.committer import Committer
 from pipeline.messages import REQUEST_ID_HEADER, DecodeError, WriteRequest
 from pipeline.objects import identity, object_key
 from pipeline.settings import Settings
+from pipeline.tasks import cancel
 from pipeline.topics import PARTITION
 from pipeline.transactions import CoordinatorView
 
@@ -84,10 +85,7 @@ class CommitService:
         self._task = asyncio.create_task(self._run(), name="committer")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel(self._task)
         await self.release()
         if self._consumer is not None:
             await self._consumer.stop()

@@ -7,7 +7,6 @@ memory beside it (``reports_clickhouse_memory_bytes``)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -16,6 +15,7 @@ from aiokafka.errors import KafkaError
 from pipeline import kafka, metrics
 from pipeline.settings import Settings
 from pipeline.store import ReportStore, StoreError
+from pipeline.tasks import cancel
 
 log = logging.getLogger(__name__)
 INTERVAL = 5.0
@@ -37,10 +37,7 @@ class LagMonitor:
         self._task = asyncio.create_task(self._run(), name="lag-monitor")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel(self._task)
         if self._consumer is not None:
             await self._consumer.stop()
 
