@@ -9,7 +9,7 @@ from typing import Any
 
 from pipeline import objects
 from pipeline.resources import ResourceType
-from pipeline.store import parse_time
+from pipeline.rows import parse_time
 
 JSON = dict[str, Any]
 

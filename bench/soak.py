@@ -91,7 +91,7 @@ class Minute:
     system_rss_mb: float
     broker_rss_mb: float
     #: the most change-log records ClickHouse was behind in the minute (the
-    #: follow agent's lag, from the frontend's /metrics); NaN if never read
+    #: materializer's lag, from the frontend's /metrics); NaN if never read
     clickhouse_lag: float = float("nan")
     #: medians in the minute of ClickHouse's tracked memory and of the Python
     #: interpreter's allocated blocks (thousands): which part of the system's
@@ -105,7 +105,7 @@ class Scrape:
     """What the frontend's /metrics page said, ``at`` seconds into the phase."""
 
     at: float
-    lag: float  #: change-log records ClickHouse was behind (the follow agent)
+    lag: float  #: change-log records ClickHouse was behind (the materializer)
     clickhouse_mb: float  #: ClickHouse's tracked memory
     python_kblocks: float  #: the interpreter's allocated blocks, in thousands
 
@@ -230,7 +230,7 @@ async def _scrape(driver: Driver, started: float, scrapes: list[Scrape],
             continue
         scrapes.append(Scrape(
             time.perf_counter() - started,
-            gauge(page, "reports_consumer_lag_records", 'agent="follow"'),
+            gauge(page, "reports_consumer_lag_records", 'agent="materializer"'),
             gauge(page, "reports_clickhouse_memory_bytes") / MB,
             gauge(page, "reports_python_allocated_blocks") / 1000))
 

@@ -46,6 +46,7 @@ from launcher.kubeapi import Reviews, endpoint
 from pipeline import kafka, memory, metrics
 from pipeline.committing import CommitService
 from pipeline.lag import LagMonitor
+from pipeline.materializer import Materializer
 from pipeline.settings import Settings
 from pipeline.store import ReportStore, StoreError, redacted
 from pipeline.tasks import cancel
@@ -229,6 +230,9 @@ class System:
                 bootstrap=self.bootstrap)
             await self.committer.start()
             self._on_stop("the committer", self.committer.stop)
+            materializer = Materializer(settings, store, bootstrap=self.bootstrap)
+            await materializer.start()
+            self._on_stop("the materializer", materializer.stop)
             lag = LagMonitor(settings, store, bootstrap=self.bootstrap)
             await lag.start()
             self._on_stop("the lag monitor", lag.stop)

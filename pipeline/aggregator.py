@@ -14,6 +14,7 @@ first.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class Aggregator:
         if self._totals is not None:
             return
         if not len(self._contributions):
+            await self._materialized(first_rv - 1)
             await self._rebuild(before=first_rv)
         totals: dict[aggregate.CountKey, int] = {}
         for value in self._contributions.values():
@@ -90,6 +92,12 @@ class Aggregator:
         per_policy = aggregate.by_policy(totals)
         await self._emit_counts(per_policy.keys(), per_policy, rv, datetime.now(UTC))
         await self._delivered()
+
+    async def _materialized(self, rv: int) -> None:
+        """Until ClickHouse holds every change up to ``rv`` (the materializer
+        reads the log on its own, and may be behind this agent)."""
+        while await self._store.watermark() < rv:
+            await asyncio.sleep(0.1)
 
     async def _rebuild(self, *, before: int) -> None:
         count = 0

@@ -48,10 +48,12 @@ class Settings:
     stops on its own."""
 
     materialize_batch: int = 500
-    """REPORTS_MATERIALIZE_BATCH: most changes written to ClickHouse in one insert."""
+    """REPORTS_MATERIALIZE_BATCH: most changes written to ClickHouse in one
+    insert, and aggregated together."""
 
     materialize_interval: float = 0.25
-    """REPORTS_MATERIALIZE_INTERVAL: seconds the materializer waits to fill a batch."""
+    """REPORTS_MATERIALIZE_INTERVAL: seconds the aggregating agent waits to fill a
+    batch (the materializer takes whatever each fetch returns)."""
 
     results_ttl_days: int = 90
     """REPORTS_RESULTS_TTL_DAYS: how long the results history is kept."""
@@ -160,6 +162,10 @@ class Settings:
     @property
     def committer_group(self) -> str:
         return f"{self.topic_prefix}-committer"
+
+    @property
+    def materializer_group(self) -> str:
+        return f"{self.topic_prefix}-materializer"
 
     @property
     def app_id(self) -> str:

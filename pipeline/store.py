@@ -25,7 +25,7 @@ import orjson
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from pipeline import metrics, objects, resources
+from pipeline import metrics, objects, rows
 from pipeline.commit import Current
 from pipeline.logs import quiet
 from pipeline.messages import Change
@@ -33,11 +33,6 @@ from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-REPORT_COLUMNS = ("resource", "namespace", "name", "uid", "resource_version", "deleted",
-                  "created", "committed", "labels", "scope_kind", "scope_name",
-                  *objects.SUMMARY_FIELDS, "object")
-
 
 class StoreError(RuntimeError):
     """ClickHouse could not do what was asked."""
@@ -98,80 +93,6 @@ class StoredObject:
 class Progress:
     offset: int
     resource_version: int
-
-
-def parse_time(value: Any) -> datetime:
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
-        except ValueError:
-            pass
-    return datetime.fromtimestamp(0, UTC)
-
-
-def report_row(change: Change, committed: datetime) -> list[Any]:
-    """One ``reports`` row for a committed change. Pure."""
-    obj = change.obj
-    meta = objects.metadata(obj)
-    rtype = resources.by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
-    if rtype is None:
-        raise StoreError(f"unknown kind {obj.get('apiVersion')}/{obj.get('kind')}")
-    counts = objects.summary(rtype, obj)
-    skind, sname = objects.scope(rtype, obj)
-    labels = meta.get("labels") or {}
-    return [rtype.id, meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "",
-            change.resource_version, 1 if change.type == "DELETED" else 0,
-            parse_time(meta.get("creationTimestamp")), committed,
-            {str(k): str(v) for k, v in labels.items()}, skind, sname,
-            *(counts[f] for f in objects.SUMMARY_FIELDS),
-            orjson.dumps(obj).decode()]
-
-
-RESULT_COLUMNS = ("cluster", "resource", "namespace", "report", "report_uid", "resource_version",
-                  "idx", "committed", "resource_kind", "resource_namespace", "resource_name",
-                  "resource_uid", "policy", "rule", "result", "severity", "category", "source",
-                  "scored", "message", "properties", "result_time")
-
-
-def result_rows(change: Change, committed: datetime, cluster: str) -> list[list[Any]]:
-    """``results`` rows (one per result) of a committed change. Pure."""
-    if change.type == "DELETED":
-        return []
-    obj = change.obj
-    rtype = resources.by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
-    if rtype is None:
-        return []
-    meta = objects.metadata(obj)
-    namespace = meta.get("namespace") or ""
-    scope_ref = objects.body(rtype, obj).get("owner" if rtype.body_path else "scope")
-    scope_ref = scope_ref if isinstance(scope_ref, dict) else {}
-    rows = []
-    for idx, r in enumerate(objects.results(rtype, obj)):
-        refs = r.get("resources")
-        ref = refs[0] if isinstance(refs, list) and refs and isinstance(refs[0], dict) \
-            else scope_ref
-        ts = r.get("timestamp")
-        ts = ts if isinstance(ts, dict) else {}
-        props = r.get("properties")
-        props = props if isinstance(props, dict) else {}
-        rows.append([
-            cluster, rtype.id, namespace, meta.get("name") or "", meta.get("uid") or "",
-            change.resource_version, idx, committed, str(ref.get("kind") or ""),
-            str(ref.get("namespace") or namespace), str(ref.get("name") or ""),
-            str(ref.get("uid") or ""), str(r.get("policy") or ""), str(r.get("rule") or ""),
-            str(r.get("result") or ""), str(r.get("severity") or ""),
-            str(r.get("category") or ""), str(r.get("source") or ""),
-            1 if r.get("scored") else 0, str(r.get("message") or ""),
-            {str(k): str(v) for k, v in props.items()},
-            datetime.fromtimestamp(_seconds(ts.get("seconds")), UTC)])
-    return rows
-
-
-def _seconds(value: Any) -> int:
-    try:
-        return max(int(value), 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -355,19 +276,24 @@ class ReportStore:
 
     # -- materializing ------------------------------------------------------
     async def write_changes(self, changes: Sequence[Change], *, topic: str, partition: int,
-                            offset: int, committed: datetime | None = None) -> None:
-        """Insert a batch of changes, then record progress. Safe to repeat."""
-        now = committed or datetime.now(UTC)
-        rows = [report_row(c, now) for c in changes]
-        results = [row for c in changes for row in result_rows(c, now, self._settings.cluster)]
-        last_rv = max(c.resource_version for c in changes)
+                            offset: int, committed: datetime | None = None,
+                            object_json: Sequence[bytes | None] | None = None) -> None:
+        """Insert a batch of changes, then record progress: the change at
+        ``offset`` of ``topic`` is the last one. Safe to repeat. ``object_json``:
+        each change's object as the log holds it (spares encoding it again)."""
+        reports, results = rows.change_rows(changes, committed or datetime.now(UTC),
+                                            cluster=self._settings.cluster,
+                                            object_json=object_json)
+        progress = rows.encode([[topic, partition, offset,
+                                 max(c.resource_version for c in changes)]])
 
         def insert(client: Client) -> None:
-            client.insert("reports", rows, column_names=REPORT_COLUMNS)
+            if reports:
+                client.raw_insert("reports", rows.REPORT_COLUMNS, reports, fmt=rows.FORMAT)
             if results:
-                client.insert("results", results, column_names=RESULT_COLUMNS)
-            client.insert("changes_progress", [[topic, partition, offset, last_rv]],
-                          column_names=["topic", "partition", "offset", "resource_version"])
+                client.raw_insert("results", rows.RESULT_COLUMNS, results, fmt=rows.FORMAT)
+            client.raw_insert("changes_progress", rows.PROGRESS_COLUMNS, progress,
+                              fmt=rows.FORMAT)
         await self.run(insert, operation="write")
 
     async def write_policy_counts(self, rows: Sequence[Sequence[Any]]) -> None:

@@ -1,13 +1,13 @@
 """The Faust application: the agents that follow the change log.
 
-- ``follow`` reads each batch of changes once and both materializes it (every
-  change to ClickHouse) and aggregates it (exact counts per namespace and
-  policy and windows of activity, published to the public topics and
-  ClickHouse's trend tables).
+- ``aggregate`` keeps exact counts per namespace and policy and windows of
+  activity, published to the public topics and ClickHouse's trend tables.
 
-The committer (``pipeline.committing``) runs beside them in the same worker
-process: it needs a Kafka transaction per batch, which Faust's agents do not
-give.
+The committer (``pipeline.committing``) and the materializer
+(``pipeline.materializer``) run beside them in the same worker process, each
+on a consumer of its own: the committer needs a Kafka transaction per batch,
+and the materializer keeps its position in ClickHouse, beside what it wrote,
+which Faust's agents do not give.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import faust
 
-from pipeline import kafka, metrics
+from pipeline import kafka
 from pipeline.aggregator import Aggregator, Topics
 from pipeline.committer import Committer
 from pipeline.messages import Change
@@ -94,27 +94,35 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
     async def refresh_summaries() -> None:
         await aggregator.refresh()
 
-    @app.agent(changes, name="follow")
-    async def follow(stream: Any) -> None:
-        """Each batch of changes, decoded once, is materialized in ClickHouse and
-        aggregated side by side."""
-        async for events in stream.take_events(settings.materialize_batch,
-                                               within=settings.materialize_interval):
+    @app.agent(changes, name="aggregate")
+    async def aggregate_changes(stream: Any) -> None:
+        """Whatever changes have arrived (up to REPORTS_MATERIALIZE_BATCH) are
+        aggregated together, at most every REPORTS_MATERIALIZE_INTERVAL; the
+        last change of a burst waits that long, never for the next one."""
+        manual = stream.noack()
+        arrived = manual.channel.queue
+        pending: list[Any] = []
+        last = time.monotonic()
+        async for event in manual.events():
+            pending.append(event)
+            if len(pending) < settings.materialize_batch:
+                if not arrived.empty():
+                    continue
+                wait = last + settings.materialize_interval - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    if not arrived.empty():
+                        continue
             batch = []
-            for e in events:
+            for e in pending:
                 change = kafka.change_from_record(e.message)
                 if change is not None:
+                    # Faust's message timestamps are in seconds
                     batch.append((change, float(e.message.timestamp)))
-            if not batch:
-                continue
-            last = events[-1].message
-            await asyncio.gather(
-                store.write_changes([c for c, _ in batch], topic=last.topic,
-                                    partition=last.partition, offset=last.offset),
-                aggregator.process(batch))
-            now = time.time()
-            for _, stamp in batch:
-                # Faust's message timestamps are in seconds
-                metrics.COMMIT_TO_CLICKHOUSE_SECONDS.observe(max(0.0, now - stamp))
+            await aggregator.process(batch)
+            for e in pending:
+                await manual.ack(e)
+            pending = []
+            last = time.monotonic()
     return app
 

@@ -94,7 +94,7 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         assert value("reports_clickhouse_query_seconds_count", operation=operation) >= 1
     assert value("reports_authorization_decisions_total", decision="allowed") >= 10
     # lag is a count that is 0 when caught up: it is set for each agent
-    for agent in ("follow", "committer"):
+    for agent in ("materializer", "aggregate", "committer"):
         assert any(labels.get("agent") == agent
                    for labels, _ in scraped["reports_consumer_lag_records"]), agent
 

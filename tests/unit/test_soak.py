@@ -50,10 +50,10 @@ def test_once_the_tables_are_full_memory_is_flat() -> None:
 def test_each_minute_shows_where_the_memory_is() -> None:
     page = ('# HELP reports_consumer_lag_records x\n'
             'reports_consumer_lag_records{agent="committer"} 3.0\n'
-            'reports_consumer_lag_records{agent="follow"} 120.0\n'
+            'reports_consumer_lag_records{agent="materializer"} 120.0\n'
             'reports_clickhouse_memory_bytes 2.097152e+08\n'
             'reports_python_allocated_blocks 1.5e+06\n')
-    assert gauge(page, "reports_consumer_lag_records", 'agent="follow"') == 120
+    assert gauge(page, "reports_consumer_lag_records", 'agent="materializer"') == 120
     assert gauge(page, "reports_clickhouse_memory_bytes") == 200 * MB
     assert math.isnan(gauge(page, "reports_missing"))
     soak = soak_of([Sample(t, 500 * MB, 100 * MB) for t in range(0, 181, 10)])

@@ -1,0 +1,121 @@
+"""The materializer: every committed change, in log order, into ClickHouse.
+
+It reads the change log with a consumer of its own, a batch at a time (all a
+fetch returns, up to ``REPORTS_MATERIALIZE_BATCH``), and writes each batch with
+the position of its last change (``changes_progress``). That position, kept in
+ClickHouse beside the rows, is where it starts again: after a restart, a crash
+or a take-over, ClickHouse is brought up to date from the log, and a batch
+written twice is harmless (rows carry their version). Workers share the work
+through a consumer group: one of them materializes at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+
+from pipeline import kafka, metrics
+from pipeline.messages import Change
+from pipeline.settings import Settings
+from pipeline.store import ReportStore, StoreError
+from pipeline.tasks import cancel
+
+log = logging.getLogger(__name__)
+
+
+class _Position(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, materializer: Materializer):
+        self._materializer = materializer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self._materializer.owning = False
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if assigned:
+            await self._materializer.resume()
+
+
+class Materializer:
+    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str):
+        self._settings = settings
+        self._store = store
+        self._bootstrap = bootstrap
+        self._tp = TopicPartition(settings.changes_topic, 0)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.owning = False
+
+    async def start(self) -> None:
+        self._consumer = kafka.consumer(
+            self._bootstrap, group_id=self._settings.materializer_group,
+            auto_offset_reset="earliest", max_poll_records=self._settings.materialize_batch,
+            max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES,
+            session_timeout_ms=10000, heartbeat_interval_ms=3000,
+            group_instance_id=self._settings.instance_id or None)
+        await self._consumer.start()
+        self._consumer.subscribe([self._tp.topic], listener=_Position(self))
+        self._task = asyncio.create_task(self._run(), name="materializer")
+
+    async def stop(self) -> None:
+        await cancel(self._task)
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def resume(self) -> None:
+        """Continue after the last change ClickHouse holds (from the log's
+        beginning when it holds none, or when retention removed what follows
+        it: Kafka resets the position to the earliest record)."""
+        assert self._consumer is not None
+        progress = await self._store.progress(self._settings.changes_topic)
+        if progress is None:
+            await self._consumer.seek_to_beginning(self._tp)
+        else:
+            self._consumer.seek(self._tp, progress.offset + 1)
+        self.owning = True
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
+        while True:
+            try:
+                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
+                records = batch.get(self._tp, [])
+                if records and self.owning:
+                    await self._write(records)
+            except asyncio.CancelledError:
+                raise
+            except (KafkaError, StoreError):
+                log.exception("materializing a batch failed; retrying from ClickHouse's"
+                              " position")
+                await asyncio.sleep(1)
+                await self._retry()
+
+    async def _retry(self) -> None:
+        try:
+            if self.owning:
+                await self.resume()
+        except (KafkaError, StoreError, AssertionError) as err:
+            log.warning("cannot find ClickHouse's position yet: %s", err)
+
+    async def _write(self, records: list[Any]) -> None:
+        changes: list[Change] = []
+        objects: list[bytes | None] = []
+        stamps: list[float] = []
+        for record in records:
+            change = kafka.change_from_record(record)
+            if change is not None:
+                changes.append(change)
+                objects.append(Change.object_json(record.value))
+                stamps.append(record.timestamp / 1000)
+        if not changes:
+            return
+        last = records[-1]
+        await self._store.write_changes(changes, topic=last.topic, partition=last.partition,
+                                        offset=last.offset, object_json=objects)
+        now = time.time()
+        for stamp in stamps:
+            metrics.COMMIT_TO_CLICKHOUSE_SECONDS.observe(max(0.0, now - stamp))
