@@ -38,6 +38,8 @@ from pipeline.transactions import CoordinatorView
 log = logging.getLogger(__name__)
 #: Most requests decided in one transaction.
 MAX_BATCH = 512
+#: How soon the committer's producer asks again when a step is refused.
+COMMITTER_RETRY_BACKOFF_MS = 5
 
 
 class Fenced(RuntimeError):
@@ -118,7 +120,10 @@ class CommitService:
             bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True,
             transactional_id=self._settings.committer_transactional_id,
             transaction_timeout_ms=int(self._settings.write_timeout * 1000),
-            linger_ms=0, max_batch_size=kafka.MAX_BATCH_BYTES,
+            # a transaction's steps refused while Kafka still writes the last
+            # one's markers (CONCURRENT_TRANSACTIONS) are retried after this,
+            # 100 ms by default: the slowest writes waited for it
+            retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS, linger_ms=0, max_batch_size=kafka.MAX_BATCH_BYTES,
             max_request_size=kafka.MAX_REQUEST_BYTES)
         await producer.start()
         try:
