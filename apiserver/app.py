@@ -47,7 +47,7 @@ from apiserver.errors import (
 from apiserver.instrumentation import Instrumented
 from apiserver.responses import error_response, json_response, metrics_page
 from apiserver.selectors import parse_field_selector, parse_label_selector
-from apiserver.service import Item, ListQuery, ListResult, ReportService
+from apiserver.service import Item, ListQuery, ListResult, ReportService, Written, as_json
 from pipeline.resources import ResourceType, by_path
 from pipeline.settings import Settings
 from pipeline.store import ReportStore
@@ -267,11 +267,11 @@ class Handlers:
             if content_type == patching.APPLY and isinstance(patch, dict):
                 patch = self._checked(request, rtype, patch, namespace=ns, name=name,
                                       warnings=warnings)
-            obj, created = await self._service.patch(
+            patched, created = await self._service.patch(
                 rtype, ns, name, content_type=content_type, patch=patch,
                 manager=request.query_params.get("fieldManager", ""),
                 dry_run=_dry_run(request))
-            return _object_response(rtype, kind, obj, 201 if created else 200, warnings)
+            return _object_response(rtype, kind, patched, 201 if created else 200, warnings)
         if method == "DELETE":
             options = await self._delete_options(request)
             deleted = await self._service.delete(rtype, ns, name, options.preconditions,
@@ -324,14 +324,17 @@ def warning_header(text: str) -> str:
     return f'299 - "{quoted}"'
 
 
-def _object_response(rtype: ResourceType, kind: str, obj: JSON, status: int = 200,
+def _object_response(rtype: ResourceType, kind: str, obj: Written, status: int = 200,
                      warnings: list[str] | None = None) -> Response:
-    body = _represent(rtype, kind, obj)
-    if kind == "yaml":
-        response = Response(yaml.safe_dump(body, sort_keys=False), status_code=status,
-                            media_type="application/yaml")
+    if isinstance(obj, Cached) and kind == "json":
+        # the object's JSON as the change log holds it
+        response = Response(obj.raw, status_code=status, media_type="application/json")
+    elif kind == "yaml":
+        response = Response(yaml.safe_dump(_represent(rtype, kind, as_json(obj)),
+                                           sort_keys=False),
+                            status_code=status, media_type="application/yaml")
     else:
-        response = json_response(body, status)
+        response = json_response(_represent(rtype, kind, as_json(obj)), status)
     for text in warnings or ():
         response.headers.append("Warning", warning_header(text))  # one header each
     return response

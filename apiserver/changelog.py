@@ -201,6 +201,21 @@ class ChangeLog:
         except TimeoutError as err:
             raise Unavailable("the change log is behind; retry", retry_after=1) from err
 
+    async def committed(self, key: Key, rv: int) -> Cached:
+        """The change of ``key`` at resourceVersion ``rv``, once read: what a
+        writer answers (the committer's reply names only the version)."""
+        await self.wait_for(rv)
+        event = self._latest.get(key)
+        if event is not None and event.change.resource_version == rv:
+            return event.change
+        for event in reversed(self._events):  # a later change of the key came since
+            if event.change.resource_version <= rv:
+                if event.change.resource_version == rv and event.key == key:
+                    return event.change
+                break
+        raise Unavailable(f"the write was committed at resourceVersion {rv}, which is no"
+                          " longer cached; read the object again", retry_after=1)
+
     async def sync(self, *, settle: bool = True) -> None:
         """Wait until every change committed before this call has been read,
         and (``settle``) ClickHouse holds everything older than the cache."""

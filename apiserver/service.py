@@ -21,6 +21,12 @@ from pipeline.resources import ResourceType
 from pipeline.store import ReportStore, StoredObject, StoreError
 
 JSON = dict[str, Any]
+#: what a write answers: the object, or its change as the change log holds it
+Written = JSON | Cached
+
+
+def as_json(written: Written) -> JSON:
+    return written.obj if isinstance(written, Cached) else written
 PAGE = 500
 PATCH_RETRIES = 5
 
@@ -205,28 +211,31 @@ class ReportService:
             cursor = upper
 
     # -- writes -----------------------------------------------------------
-    async def _write(self, *, dry_run: bool = False, **kwargs: Any) -> JSON:
+    async def _write(self, *, dry_run: bool = False, **kwargs: Any) -> Written:
         await self.changelog.admit()
         with metrics.WRITE_COMMIT_SECONDS.labels(kwargs.get("op", "")).time():
             reply = await self._writer.submit(now=now_rfc3339(), dry_run=dry_run, **kwargs)
+        if reply.obj is None:
+            return await self.changelog.committed(
+                (kwargs["resource"], kwargs["namespace"], kwargs["name"]),
+                reply.resource_version)
         if not dry_run:
             await self.changelog.wait_for(reply.resource_version)
-        assert reply.obj is not None
         return reply.obj
 
     async def create(self, rtype: ResourceType, namespace: str, obj: JSON, *,
-                     dry_run: bool = False) -> JSON:
+                     dry_run: bool = False) -> Written:
         return await self._write(op="create", resource=rtype.id, namespace=namespace,
                                  name=obj["metadata"]["name"], obj=obj, dry_run=dry_run)
 
     async def update(self, rtype: ResourceType, namespace: str, name: str, obj: JSON, *,
-                     dry_run: bool = False) -> JSON:
+                     dry_run: bool = False) -> Written:
         return await self._write(op="update", resource=rtype.id, namespace=namespace,
                                  name=name, obj=obj, dry_run=dry_run)
 
     async def patch(self, rtype: ResourceType, namespace: str, name: str, *,
                     content_type: str, patch: Any, manager: str = "",
-                    dry_run: bool = False) -> tuple[JSON, bool]:
+                    dry_run: bool = False) -> tuple[Written, bool]:
         """Apply a patch to the current object, retrying on conflicts with other
         writers. Returns (object, created)."""
         for _ in range(PATCH_RETRIES):
@@ -262,7 +271,7 @@ class ReportService:
                        " try again")
 
     async def delete(self, rtype: ResourceType, namespace: str, name: str,
-                     preconditions: JSON, *, dry_run: bool = False, finalizer: str = "") -> JSON:
+                     preconditions: JSON, *, dry_run: bool = False, finalizer: str = "") -> Written:
         return await self._write(op="delete", resource=rtype.id, namespace=namespace,
                                  name=name, preconditions=preconditions, dry_run=dry_run,
                                  finalizer=finalizer)
@@ -274,8 +283,9 @@ class ReportService:
         deleted = []
         for item in targets:
             try:
-                deleted.append(await self.delete(query.rtype, item.namespace, item.name, {},
-                                                 dry_run=dry_run, finalizer=finalizer))
+                deleted.append(as_json(await self.delete(
+                    query.rtype, item.namespace, item.name, {}, dry_run=dry_run,
+                    finalizer=finalizer)))
             except FromStatus as err:
                 if err.code != 404:
                     raise

@@ -157,8 +157,10 @@ def _delete(req: WriteRequest, live: Current, rv: int) -> Decision:
 
 
 def _commit(req: WriteRequest, etype: str, obj: JSON, rv: int) -> Decision:
+    """A change, answered by its resourceVersion alone: the writer reads the
+    object from the change log (replies stay small)."""
     change = Change(etype, obj, rv, req.id)  # type: ignore[arg-type]
-    return Decision(Reply(req.id, rv, obj=obj), change)
+    return Decision(Reply(req.id, rv), change)
 
 
 def _spec(obj: JSON) -> JSON:
@@ -175,7 +177,7 @@ def dry(decision: Decision) -> Decision:
     """What a dry run answers: the outcome, with nothing to publish and no
     resourceVersion spent."""
     reply = decision.reply
-    if decision.change is None or reply.obj is None:
+    if decision.change is None:
         return Decision(reply)
-    obj = _with_meta(reply.obj, resourceVersion=None)
+    obj = _with_meta(decision.change.obj, resourceVersion=None)
     return Decision(Reply(reply.request_id, 0, obj=obj))

@@ -123,7 +123,8 @@ class CommitService:
             # a transaction's steps refused while Kafka still writes the last
             # one's markers (CONCURRENT_TRANSACTIONS) are retried after this,
             # 100 ms by default: the slowest writes waited for it
-            retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS, linger_ms=0, max_batch_size=kafka.MAX_BATCH_BYTES,
+            retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS, linger_ms=0,
+            max_batch_size=kafka.MAX_BATCH_BYTES,
             max_request_size=kafka.MAX_REQUEST_BYTES)
         await producer.start()
         try:

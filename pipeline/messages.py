@@ -74,8 +74,10 @@ class WriteRequest:
 
 @dataclass(frozen=True)
 class Reply:
-    """``status`` is None on success (then ``obj`` is the committed object),
-    otherwise a Kubernetes ``Status`` dict."""
+    """``status`` is None on success, otherwise a Kubernetes ``Status`` dict.
+    A success that committed a change carries no ``obj``: the change log has
+    it at ``resource_version``. Otherwise (a dry run, a request decided
+    before) ``obj`` is the object."""
 
     request_id: str
     resource_version: int
@@ -83,8 +85,12 @@ class Reply:
     status: JSON | None = None
 
     def encode(self) -> bytes:
-        return orjson.dumps({"requestId": self.request_id, "resourceVersion": self.resource_version,
-                             "object": self.obj, "status": self.status})
+        out: JSON = {"requestId": self.request_id, "resourceVersion": self.resource_version}
+        if self.obj is not None:
+            out["object"] = self.obj
+        if self.status is not None:
+            out["status"] = self.status
+        return orjson.dumps(out)
 
     @classmethod
     def decode(cls, raw: bytes) -> Reply:

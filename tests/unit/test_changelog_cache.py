@@ -1,0 +1,42 @@
+"""The frontend's change-log cache answers a writer with exactly the change
+its write committed, even when later changes of the same object came since."""
+
+from __future__ import annotations
+
+import pytest
+
+from apiserver.changelog import Cached, ChangeLog, Event
+from apiserver.errors import Unavailable
+from pipeline.messages import Change
+from pipeline.settings import Settings
+
+
+def _cache(size: int = 10) -> ChangeLog:
+    return ChangeLog(Settings(watch_cache_size=size), store=None,  # type: ignore[arg-type]
+                     bootstrap="")
+
+
+def _event(name: str, rv: int, etype: str = "MODIFIED") -> Event:
+    obj = {"apiVersion": "v1", "kind": "X", "metadata": {"name": name, "namespace": "ns",
+                                                         "resourceVersion": str(rv)}}
+    return Event(("polr", "ns", name), Cached.of(Change(etype, obj, rv)))  # type: ignore[arg-type]
+
+
+async def test_committed_finds_the_version_written_not_the_latest() -> None:
+    log = _cache()
+    for rv, name in enumerate(["a", "b", "a", "c", "a"], start=1):
+        log._append(_event(name, rv))
+    assert (await log.committed(("polr", "ns", "a"), 5)).resource_version == 5
+    older = await log.committed(("polr", "ns", "a"), 3)
+    assert older.resource_version == 3 and b'"resourceVersion":"3"' in older.raw
+    assert (await log.committed(("polr", "ns", "c"), 4)).resource_version == 4
+
+
+async def test_committed_change_no_longer_cached_is_unavailable_not_wrong() -> None:
+    log = _cache(size=2)
+    for rv in range(1, 5):
+        log._append(_event("a", rv))
+    with pytest.raises(Unavailable):
+        await log.committed(("polr", "ns", "a"), 1)
+    with pytest.raises(Unavailable):  # another object's version
+        await log.committed(("polr", "ns", "b"), 3)
