@@ -25,9 +25,11 @@ are declared here on its protocol types.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient, CoordinationType
@@ -45,6 +47,12 @@ from aiokafka.protocol.types import (
 )
 
 TRANSACTIONAL_ID_NOT_FOUND = 105
+#: How long a request refused with a retriable error (a partition whose new
+#: leader is still loading it, a coordinator still loading its log) is asked
+#: again before the refusal stands, and how often.
+RETRY_SECONDS = 15.0
+RETRY_BACKOFF_SECONDS = 0.1
+T = TypeVar("T")
 
 
 class DescribeProducersResponse_v0(Response):
@@ -276,6 +284,29 @@ class WriteTxnMarkersRequest(Request[WriteTxnMarkersStruct]):
 class TransactionAdminError(RuntimeError):
     """The broker could not describe the producers or the transaction."""
 
+    def __init__(self, message: str, *, retriable: bool = False):
+        super().__init__(message)
+        self.retriable = retriable
+
+
+def _refused(error_code: int, message: str) -> TransactionAdminError:
+    error = for_code(error_code)
+    return TransactionAdminError(f"{message}: {error.__name__}",
+                                 retriable=bool(getattr(error, "retriable", False)))
+
+
+async def retrying(ask: Callable[[], Awaitable[T]], *, seconds: float = RETRY_SECONDS) -> T:
+    """``ask()``, asked again while Kafka refuses it with a retriable error
+    (for at most ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return await ask()
+        except TransactionAdminError as err:
+            if not err.retriable or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(RETRY_BACKOFF_SECONDS)
+
 
 def explain(tp: TopicPartition, bootstrap: str, producers: list[ActiveProducer],
             coordinator: CoordinatorView | None, *, transactional_id: str,
@@ -327,19 +358,22 @@ class Transactions:
         await self._client.force_metadata_update()
         leader = self._client.cluster.leader_for_partition(tp)
         if leader is None or leader < 0:
-            raise TransactionAdminError(f"{tp.topic}-{tp.partition} has no leader")
+            raise TransactionAdminError(f"{tp.topic}-{tp.partition} has no leader",
+                                        retriable=True)
         return int(leader)
 
     async def producers(self, tp: TopicPartition) -> list[ActiveProducer]:
+        return await retrying(lambda: self._producers(tp))
+
+    async def _producers(self, tp: TopicPartition) -> list[ActiveProducer]:
         response: Any = await self._client.send(await self._leader(tp),
                                                 DescribeProducersRequest(tp))
         found: list[ActiveProducer] = []
         for _topic, partitions, _ in response.topics:
             for _index, error_code, message, active, _ in partitions:
                 if error_code:
-                    raise TransactionAdminError(
-                        f"describing the producers of {tp.topic}-{tp.partition}: "
-                        f"{for_code(error_code).__name__} {message or ''}".strip())
+                    raise _refused(error_code, f"describing the producers of {tp.topic}-"
+                                   f"{tp.partition}{' (' + message + ')' if message else ''}")
                 found.extend(ActiveProducer(producer_id=pid, producer_epoch=epoch,
                                             coordinator_epoch=coordinator,
                                             last_timestamp=stamp, txn_start_offset=start)
@@ -348,6 +382,9 @@ class Transactions:
 
     async def coordinator_view(self, transactional_id: str) -> CoordinatorView | None:
         """The coordinator's state of ``transactional_id`` (None: it knows none)."""
+        return await retrying(lambda: self._coordinator_view(transactional_id))
+
+    async def _coordinator_view(self, transactional_id: str) -> CoordinatorView | None:
         node = await self._client.coordinator_lookup(CoordinationType.TRANSACTION,
                                                      transactional_id)
         response: Any = await self._client.send(node,
@@ -357,8 +394,7 @@ class Transactions:
             if error_code == TRANSACTIONAL_ID_NOT_FOUND:
                 return None
             if error_code:
-                raise TransactionAdminError(f"describing transaction {transactional_id}: "
-                                            f"{for_code(error_code).__name__}")
+                raise _refused(error_code, f"describing transaction {transactional_id}")
             return CoordinatorView(state=state, producer_id=pid, producer_epoch=epoch,
                                    partitions=frozenset((t, p) for t, ps, _ in topics
                                                         for p in ps))
@@ -366,12 +402,15 @@ class Transactions:
 
     async def end(self, h: Hanging) -> None:
         """Write the hanging transaction's marker to its partition's leader."""
+        await retrying(lambda: self._end(h))
+
+    async def _end(self, h: Hanging) -> None:
         response: Any = await self._client.send(await self._leader(h.tp),
                                                 WriteTxnMarkersRequest(h))
         for _pid, topics, _ in response.markers:
             for _name, partitions, _ in topics:
                 for _index, error_code, _ in partitions:
                     if error_code:
-                        raise TransactionAdminError(
-                            f"ending the transaction of producer {h.producer.producer_id} on"
-                            f" {h.tp.topic}-{h.tp.partition}: {for_code(error_code).__name__}")
+                        raise _refused(error_code, "ending the transaction of producer"
+                                       f" {h.producer.producer_id} on {h.tp.topic}-"
+                                       f"{h.tp.partition}")

@@ -3,9 +3,18 @@ transactional.id left hanging, and where its group's offsets live."""
 
 from __future__ import annotations
 
+import pytest
 from aiokafka import TopicPartition
 
-from pipeline.transactions import ActiveProducer, CoordinatorView, hanging, offsets_partition
+from pipeline import transactions
+from pipeline.transactions import (
+    ActiveProducer,
+    CoordinatorView,
+    TransactionAdminError,
+    hanging,
+    offsets_partition,
+    retrying,
+)
 
 CHANGES = TopicPartition("p.changes", 0)
 REPLIES = TopicPartition("p.replies", 0)
@@ -58,3 +67,34 @@ def test_offsets_partition_is_the_group_coordinators() -> None:
     assert offsets_partition("e2e-committer", 50) == 15  # -257540715
     assert offsets_partition("é-group-ü", 50) == 28  # 1180386378
     assert offsets_partition("x", 1) == 0
+
+
+async def test_a_partition_still_loading_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactions, "RETRY_BACKOFF_SECONDS", 0)
+    answers = [transactions._refused(6, "describing the producers of p.changes-0"),
+               transactions._refused(3, "describing the producers of p.changes-0"), "found"]
+
+    async def ask() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    # NotLeaderForPartition (6), then UnknownTopicOrPartition (3): both retriable
+    assert await retrying(ask) == "found"
+
+
+async def test_a_final_refusal_or_a_long_one_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactions, "RETRY_BACKOFF_SECONDS", 0)
+    calls = 0
+
+    async def refused(code: int) -> None:
+        nonlocal calls
+        calls += 1
+        raise transactions._refused(code, "describing transaction t")
+
+    with pytest.raises(TransactionAdminError, match="TransactionalIdAuthorizationFailed"):
+        await retrying(lambda: refused(53))
+    assert calls == 1
+    with pytest.raises(TransactionAdminError, match="NotLeaderForPartitionError"):
+        await retrying(lambda: refused(6), seconds=0)
