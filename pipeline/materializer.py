@@ -1,7 +1,8 @@
 """The materializer: every committed change, in log order, into ClickHouse.
 
-It reads the change log with a consumer of its own, a batch at a time (all a
-fetch returns, up to ``REPORTS_MATERIALIZE_BATCH``), and writes each batch with
+It reads the change log with a consumer of its own, a batch at a time (what
+has arrived, up to ``REPORTS_MATERIALIZE_BATCH``, at most every
+``REPORTS_MATERIALIZE_INTERVAL``), and writes each batch with
 the position of its last change (``changes_progress``). That position, kept in
 ClickHouse beside the rows, is where it starts again: after a restart, a crash
 or a take-over, ClickHouse is brought up to date from the log, and a batch
@@ -79,16 +80,36 @@ class Materializer:
         self.owning = True
 
     async def _run(self) -> None:
+        """Whatever has arrived (up to REPORTS_MATERIALIZE_BATCH) is written
+        together, at most every REPORTS_MATERIALIZE_INTERVAL: every insert is
+        a part ClickHouse merges again later, so fewer, larger inserts cost
+        less. The last change of a burst waits that long, never for the next
+        one."""
         assert self._consumer is not None
+        interval, most = self._settings.materialize_interval, self._settings.materialize_batch
+        pending: list[Any] = []
+        last = time.monotonic()
         while True:
             try:
-                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
-                records = batch.get(self._tp, [])
-                if records and self.owning:
-                    await self._write(records)
+                wait = last + interval - time.monotonic() if pending else 1.0
+                batch = await self._consumer.getmany(
+                    self._tp, timeout_ms=max(0, int(wait * 1000)),
+                    max_records=most - len(pending) if pending else None)
+                if not self.owning:
+                    pending = []  # the partition's next owner writes these
+                    continue
+                pending.extend(batch.get(self._tp, []))
+                if pending and (len(pending) >= most
+                                or time.monotonic() >= last + interval):
+                    written, pending = pending, []
+                    await self._write(written)
+                    last = time.monotonic()
+                elif not pending:
+                    last = time.monotonic() - interval  # after a quiet spell, write at once
             except asyncio.CancelledError:
                 raise
             except (KafkaError, StoreError):
+                pending = []
                 log.exception("materializing a batch failed; retrying from ClickHouse's"
                               " position")
                 await asyncio.sleep(1)
