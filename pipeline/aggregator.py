@@ -108,10 +108,10 @@ class Aggregator:
             while True:
                 page = await self._store.versions_before(rtype.id, before, after=after)
                 for row, deleted in page:
-                    applied = aggregate.contribution(orjson.loads(row.raw), row.resource_version)
+                    # a deletion's row is a tombstone with no object
+                    applied = aggregate.Applied(row.resource_version, row.namespace) if deleted \
+                        else aggregate.contribution(orjson.loads(row.raw), row.resource_version)
                     if applied is not None:
-                        if deleted:
-                            applied = aggregate.Applied(row.resource_version, applied.namespace)
                         key = objects.object_key(rtype, row.namespace, row.name)
                         self._contributions[key] = applied.to_json()
                         count += 1

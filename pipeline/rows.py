@@ -51,7 +51,11 @@ def report_row(change: Change, committed: datetime, object_json: bytes | None = 
                ) -> Row | None:
     """One ``reports`` row for a committed change (None for a kind no table
     holds); ``object_json``, the object as the change log holds it, spares
-    encoding it again."""
+    encoding it again. A deletion's row is a tombstone: its version hides the
+    object's older rows, and its object is ``{}`` (the last state stays in the
+    change log and the results history). Every short-lived EphemeralReport
+    leaves one behind, so whole objects there would be most of the table,
+    and every merge and read of it would carry them."""
     obj = change.obj
     meta = objects.metadata(obj)
     rtype = resources.by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
@@ -65,7 +69,7 @@ def report_row(change: Change, committed: datetime, object_json: bytes | None = 
             stamp(parse_time(meta.get("creationTimestamp"))), stamp(committed),
             {str(k): str(v) for k, v in labels.items()}, skind, sname,
             *(counts[f] for f in objects.SUMMARY_FIELDS),
-            (object_json or orjson.dumps(obj)).decode()]
+            "{}" if change.type == "DELETED" else (object_json or orjson.dumps(obj)).decode()]
 
 
 def result_rows(change: Change, committed: datetime, cluster: str) -> list[Row]:
