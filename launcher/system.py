@@ -162,7 +162,10 @@ def https_config(app: ASGIApp, *, cert: Path, key: Path, client_ca: Path | None,
         # optional, as in k8s.io/apiserver: clients without one authenticate
         # with a bearer token instead
         tls.update(ssl_ca_certs=str(client_ca), ssl_cert_reqs=ssl.CERT_OPTIONAL)
+    # proxy_headers off: the aggregator's identity comes in X-Remote-* headers
+    # from a verified client certificate, and X-Forwarded-* means nothing here
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                          proxy_headers=False,
                           http=protocol(limits.max_url_bytes, limits.max_header_bytes),
                           timeout_graceful_shutdown=10, **tls)
 
