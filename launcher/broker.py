@@ -287,10 +287,15 @@ class KafkaBroker:
             await self._format(libs, cluster_id)
         out = open(layout.console, "ab")  # noqa: SIM115 - handed to the child
         try:
+            # A session of its own: Ctrl-C in a terminal (SIGINT to the whole
+            # foreground process group) reaches `up` alone, which stops the
+            # broker after the parts that use it; sharing the group, the
+            # broker quit first and every consumer's stop waited on it for
+            # its full bound. It still dies with `up` (die_with_parent).
             self._proc = await asyncio.create_subprocess_exec(
                 *self._java_command(libs, "kafka.Kafka", str(layout.config)),
                 stdout=out, stderr=out, stdin=asyncio.subprocess.DEVNULL,
-                preexec_fn=die_with_parent())
+                start_new_session=True, preexec_fn=die_with_parent())
         finally:
             out.close()
         try:

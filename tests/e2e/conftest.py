@@ -17,6 +17,7 @@ from pathlib import Path
 from queue import Empty, Queue
 
 import httpx
+import psutil
 import pytest
 import yaml
 
@@ -77,9 +78,15 @@ class Up:
         return self.proc.wait(timeout=timeout)
 
     def kill(self, *, group: bool = False) -> None:
-        """SIGKILL `up` (with ``group``, its whole process group, broker included)."""
+        """SIGKILL `up` (with ``group``, its whole process group and every
+        process it started: the broker runs in a session of its own)."""
         if self.proc.poll() is None:
             if group:
+                # the broker first: killed after `up`, it would get the
+                # SIGTERM `up`'s death sends it and could begin a clean stop
+                for child in psutil.Process(self.proc.pid).children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        child.kill()
                 os.killpg(self.proc.pid, signal.SIGKILL)
             else:
                 self.proc.kill()

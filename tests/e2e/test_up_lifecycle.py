@@ -6,6 +6,8 @@ When ready, `up` says where everything answers, on its output and in
 from __future__ import annotations
 
 import json
+import os
+import signal
 import stat
 import time
 from collections.abc import Callable
@@ -28,6 +30,25 @@ def test_a_killed_up_takes_its_broker_with_it(up: Callable[[], Up]) -> None:
     while broker.is_running() and broker.status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the broker outlived its parent"
         time.sleep(0.05)
+
+
+def test_ctrl_c_stops_up_and_its_broker_cleanly(up: Callable[[], Up]) -> None:
+    """Ctrl-C in a terminal signals the whole foreground process group: `up`
+    alone must get it and stop its parts before its broker (which runs in a
+    session of its own), promptly and without a traceback."""
+    system = up()
+    broker = next(c for c in psutil.Process(system.proc.pid).children(recursive=True)
+                  if "kafka.Kafka" in c.cmdline())
+    assert os.getpgid(broker.pid) != os.getpgid(system.proc.pid)
+    started = time.monotonic()
+    os.killpg(system.proc.pid, signal.SIGINT)
+    assert system.proc.wait(timeout=60) == 0
+    took = time.monotonic() - started
+    system.kill()  # closes its output
+    output = "".join(system.output)
+    assert took < 20, f"stopping took {took:.0f} s:\n{output}"
+    assert "Traceback" not in output and " ERROR " not in output, output
+    assert not broker.is_running() or broker.status() == psutil.STATUS_ZOMBIE
 
 
 async def test_up_says_where_it_answers(up: Callable[[], Up]) -> None:
