@@ -20,5 +20,5 @@ async def cancel(task: asyncio.Task[Any] | None) -> None:
         return
     task.cancel()
     await asyncio.wait({task})
-    if not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
+    if not task.cancelled() and (error := task.exception()) is not None:
+        raise error
