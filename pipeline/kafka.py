@@ -15,6 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 from pipeline import topics, transactions
 from pipeline.logs import quiet
@@ -54,6 +55,33 @@ class ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 class ReadCommittedConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> ReadCommittedConsumerThread:
         return ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def _new_offset(self, tp: TP) -> int | None:
+        """The offset to commit for ``tp``: the one after the highest
+        acknowledged.
+
+        Faust's own counts the acknowledged offsets from the committed one up to
+        the first missing, filling in the offsets no message takes (transaction
+        markers, aborted records) from the gaps it notes while reading. Each gap
+        it notes ends with the offset of the message after it, already
+        acknowledged; counted twice, it ends the count. On the change log, where
+        every transaction ends with a marker, the committed offset so moved two
+        offsets a commit: the group's lag grew with the log, a restart re-read
+        all of it, and the acknowledged offsets piled up in memory, sorted
+        again at every commit (faust-streaming/faust#606).
+
+        The only acknowledged topic of the app is the change log, read by one
+        agent that acknowledges its events in log order; so every record below
+        the highest acknowledged offset has been processed, whatever gaps lie
+        between."""
+        acked = self._acked[tp]
+        if not acked:
+            return None
+        end = max(acked) + 1
+        acked.clear()
+        self._acked_index[tp].clear()
+        self._gap[tp].chop(0, end)
+        return end
 
 
 class Transport(faust_aiokafka.Transport):

@@ -17,7 +17,7 @@ import logging
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faust
 
@@ -40,6 +40,24 @@ def build_committer(settings: Settings, store: ReportStore, *, bootstrap: str) -
         return await kafka.read_tail(settings, bootstrap, await store.progress(
             settings.changes_topic))
     return Committer(store, tail, max_keys=settings.committer_cache_keys)
+
+
+class Table(faust.Table):  # type: ignore[misc]
+    """A Faust table whose changelog records can be waited for: the aggregate
+    agent acknowledges a batch of changes, letting Faust commit the offsets
+    past them, only once Kafka holds what the batch did to its tables (Faust
+    itself commits offsets without waiting for them, so a crash in between
+    would lose those updates for good)."""
+
+    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
+        sent = super().send_changelog(*args, **kwargs)
+        self.__dict__.setdefault("_unconfirmed", []).append(sent)
+        return sent
+
+    async def delivered(self) -> None:
+        """Until Kafka has acknowledged every changelog record sent so far."""
+        for sent in self.__dict__.pop("_unconfirmed", []):
+            await sent
 
 
 #: closed windows of activity the worker keeps in memory (late changes still
@@ -66,6 +84,7 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
         broker_commit_interval=2.0,
         consumer_auto_offset_reset="earliest",
         consumer_group_instance_id=settings.instance_id or None,
+        Table=Table,
     )
     # Table updates queue their changelog records in the producer buffer, and
     # Faust pauses every stream while it holds more than this; a batch of
@@ -74,10 +93,12 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
     changes = app.topic(settings.changes_topic, key_serializer="raw", value_serializer="raw",
                         partitions=1, internal=False)
 
-    contributions = app.Table(f"{settings.topic_prefix}-contributions", default=None,
-                              partitions=1, key_type=str, use_partitioner=True)
-    activity = app.Table(f"{settings.topic_prefix}-activity", default=int, partitions=1,
-                         key_type=str, use_partitioner=True).tumbling(
+    contributions = cast(Table, app.Table(f"{settings.topic_prefix}-contributions",
+                                          default=None, partitions=1, key_type=str,
+                                          use_partitioner=True))
+    activity_table = cast(Table, app.Table(f"{settings.topic_prefix}-activity", default=int,
+                                           partitions=1, key_type=str, use_partitioner=True))
+    activity = activity_table.tumbling(
         settings.window_seconds,
         expires=timedelta(seconds=settings.window_seconds * WINDOWS_KEPT))
 
@@ -120,6 +141,8 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                     # Faust's message timestamps are in seconds
                     batch.append((change, float(e.message.timestamp)))
             await aggregator.process(batch)
+            await contributions.delivered()
+            await activity_table.delivered()
             for e in pending:
                 await manual.ack(e)
             pending = []
