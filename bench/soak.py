@@ -93,6 +93,9 @@ class Minute:
     #: the most change-log records ClickHouse was behind in the minute (the
     #: materializer's lag, from the frontend's /metrics); NaN if never read
     clickhouse_lag: float = float("nan")
+    #: the most change-log records the aggregate agent's committed offset was
+    #: behind in the minute (it commits every 2 s); NaN if never read
+    aggregate_lag: float = float("nan")
     #: medians in the minute of ClickHouse's tracked memory and of the Python
     #: interpreter's allocated blocks (thousands): which part of the system's
     #: memory grows
@@ -106,6 +109,7 @@ class Scrape:
 
     at: float
     lag: float  #: change-log records ClickHouse was behind (the materializer)
+    aggregate_lag: float  #: change-log records the aggregate agent was behind
     clickhouse_mb: float  #: ClickHouse's tracked memory
     python_kblocks: float  #: the interpreter's allocated blocks, in thousands
 
@@ -160,11 +164,13 @@ class Soak:
             rss = self.rss_between(start, end)
             scraped = [sc for sc in self.scrapes if start <= sc.at <= end]
             lags = [sc.lag for sc in scraped if not math.isnan(sc.lag)]
+            behind = [sc.aggregate_lag for sc in scraped if not math.isnan(sc.aggregate_lag)]
             rows.append(Minute(
                 i + 1, end - start, len(latencies), self.rate(start, end),
                 percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
                 bisect.bisect_left(self._failed, end) - bisect.bisect_left(self._failed, start),
                 rss.system / MB, rss.broker / MB, max(lags) if lags else float("nan"),
+                max(behind) if behind else float("nan"),
                 _median([sc.clickhouse_mb for sc in scraped]),
                 _median([sc.python_kblocks for sc in scraped])))
         return rows
@@ -231,6 +237,7 @@ async def _scrape(driver: Driver, started: float, scrapes: list[Scrape],
         scrapes.append(Scrape(
             time.perf_counter() - started,
             gauge(page, "reports_consumer_lag_records", 'agent="materializer"'),
+            gauge(page, "reports_consumer_lag_records", 'agent="aggregate"'),
             gauge(page, "reports_clickhouse_memory_bytes") / MB,
             gauge(page, "reports_python_allocated_blocks") / 1000))
 
@@ -281,6 +288,12 @@ def figures(report: Report, soak: Soak, *, note: str, full_after: float = 5 * MI
     report.add("soak write latency p99", percentile(latencies, 99) * 1000, "ms", ("<", 250),
                note=f"p50 {percentile(latencies, 50) * 1000:.0f} ms over {len(latencies)}"
                " writes, closed loop")
+    behind = [r.aggregate_lag for r in rows if not math.isnan(r.aggregate_lag)]
+    if behind:
+        report.add("soak aggregate agent lag, most", max(behind), "records",
+                   note="change-log records (transaction markers included) past the"
+                   " aggregate agent's committed offset, the most in any minute;"
+                   f" last minute {behind[-1]:.0f}")
     _memory_figures(report, soak, soak.warm(), "")
     if soak.seconds >= 2 * full_after:
         # the windowed tables hold their most once WINDOWS_KEPT windows have passed
@@ -310,14 +323,15 @@ def _memory_figures(report: Report, soak: Soak, start: float, label: str) -> Non
 
 def table(rows: list[Minute]) -> str:
     header = ("MINUTE", "WRITES/S", "P50 MS", "P99 MS", "ERRORS", "SYSTEM RSS MB",
-              "BROKER RSS MB", "CH LAG", "CH MEM MB", "PY BLOCKS K")
+              "BROKER RSS MB", "CH LAG", "AGG LAG", "CH MEM MB", "PY BLOCKS K")
     lines: list[tuple[Any, ...]] = [header]
     for r in rows:
         minute = f"{r.minute}" if r.seconds >= MINUTE - 1e-6 else f"{r.minute} ({r.seconds:.0f} s)"
         lines.append((minute, f"{r.writes_per_s:.0f}", f"{r.p50_ms:.0f}", f"{r.p99_ms:.0f}",
                       str(r.errors), f"{r.system_rss_mb:.0f}", f"{r.broker_rss_mb:.0f}",
                       *("-" if math.isnan(v) else f"{v:.0f}"
-                        for v in (r.clickhouse_lag, r.clickhouse_mb, r.python_kblocks))))
+                        for v in (r.clickhouse_lag, r.aggregate_lag, r.clickhouse_mb,
+                                  r.python_kblocks))))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
                                for i, (c, w) in enumerate(zip(line, widths, strict=True)))

@@ -144,9 +144,12 @@ class Aggregator:
         increments: dict[tuple[int, str], int] = {}
         window_ts: dict[int, float] = {}
         last_rv = 0
+        # each key is written once a batch: every table write is a changelog
+        # record, and a report often changes twice in a second
+        updated: dict[str, dict[str, Any]] = {}
         for change, ts in batch:
             key = objects.object_key(*objects.identity(change.obj))
-            previous = self._contributions.get(key)
+            previous = updated.get(key) or self._contributions.get(key)
             outcome = aggregate.apply_change(
                 aggregate.Applied.from_json(previous) if previous else None,
                 resource_version=change.resource_version, obj=change.obj,
@@ -156,7 +159,7 @@ class Aggregator:
             last_rv = change.resource_version
             namespace = objects.metadata(change.obj).get("namespace") or ""
             applied = outcome.applied or aggregate.Applied(change.resource_version, namespace)
-            self._contributions[key] = applied.to_json()
+            updated[key] = applied.to_json()
             self._totals = aggregate.add(self._totals, outcome.delta)
             start = window_start(ts, self._window)
             window_ts[start] = ts
@@ -172,6 +175,8 @@ class Aggregator:
             for t in outcome.transitions:
                 await self._send(self._topics.result_events, self._event_key(t),
                                     self._event(t, change, ts))
+        for key, value in updated.items():
+            self._contributions[key] = value
         for (start, name), n in increments.items():
             self._activity.relative_to(window_ts[start])[name] += n
         if touched:

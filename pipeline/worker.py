@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -54,10 +55,10 @@ class Table(faust.Table):  # type: ignore[misc]
         self.__dict__.setdefault("_unconfirmed", []).append(sent)
         return sent
 
-    async def delivered(self) -> None:
-        """Until Kafka has acknowledged every changelog record sent so far."""
-        for sent in self.__dict__.pop("_unconfirmed", []):
-            await sent
+    def unconfirmed(self) -> list[Awaitable[Any]]:
+        """The changelog records sent since the last call, each done once
+        Kafka has acknowledged it."""
+        return cast(list[Awaitable[Any]], self.__dict__.pop("_unconfirmed", []))
 
 
 #: closed windows of activity the worker keeps in memory (late changes still
@@ -124,28 +125,41 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
         arrived = manual.channel.queue
         pending: list[Any] = []
         last = time.monotonic()
-        async for event in manual.events():
-            pending.append(event)
-            if len(pending) < settings.materialize_batch:
-                if not arrived.empty():
-                    continue
-                wait = last + settings.materialize_interval - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
+
+        async def acknowledge(sent: list[Awaitable[Any]], events: list[Any]) -> None:
+            for record in sent:
+                await record
+            for e in events:
+                await manual.ack(e)
+        # A batch's table records are delivered while the next batch arrives and
+        # is applied; one batch waits for them at a time.
+        confirming: asyncio.Task[None] | None = None
+        try:
+            async for event in manual.events():
+                pending.append(event)
+                if len(pending) < settings.materialize_batch:
                     if not arrived.empty():
                         continue
-            batch = []
-            for e in pending:
-                change = kafka.change_from_record(e.message)
-                if change is not None:
-                    # Faust's message timestamps are in seconds
-                    batch.append((change, float(e.message.timestamp)))
-            await aggregator.process(batch)
-            await contributions.delivered()
-            await activity_table.delivered()
-            for e in pending:
-                await manual.ack(e)
-            pending = []
-            last = time.monotonic()
+                    wait = last + settings.materialize_interval - time.monotonic()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                        if not arrived.empty():
+                            continue
+                batch = []
+                for e in pending:
+                    change = kafka.change_from_record(e.message)
+                    if change is not None:
+                        # Faust's message timestamps are in seconds
+                        batch.append((change, float(e.message.timestamp)))
+                await aggregator.process(batch)
+                sent = contributions.unconfirmed() + activity_table.unconfirmed()
+                if confirming is not None:
+                    await confirming
+                confirming = asyncio.create_task(acknowledge(sent, pending))
+                pending = []
+                last = time.monotonic()
+        finally:
+            if confirming is not None:
+                confirming.cancel()
     return app
 

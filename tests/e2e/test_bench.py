@@ -16,12 +16,12 @@ from tests.e2e.conftest import BIN
 SOAK = {
     "soak throughput, first minute", "soak throughput, last minute",
     "soak throughput, minimum minute", "soak throughput, last vs first", "soak stall windows",
-    "soak write latency p99",
+    "soak write latency p99", "soak aggregate agent lag, most",
     *(f"soak {part} RSS growth{per}" for part in ("system", "broker")
       for per in ("", " per 1,000 writes")),
 }
 MINUTE_COLUMNS = {"minute", "seconds", "writes", "writes_per_s", "p50_ms", "p99_ms", "errors",
-                  "clickhouse_lag", "clickhouse_mb", "python_kblocks",
+                  "clickhouse_lag", "aggregate_lag", "clickhouse_mb", "python_kblocks",
                   "system_rss_mb", "broker_rss_mb"}
 FIGURES = {
     "startup", "create throughput", "create throughput, first creates",

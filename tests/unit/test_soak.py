@@ -51,15 +51,18 @@ def test_each_minute_shows_where_the_memory_is() -> None:
     page = ('# HELP reports_consumer_lag_records x\n'
             'reports_consumer_lag_records{agent="committer"} 3.0\n'
             'reports_consumer_lag_records{agent="materializer"} 120.0\n'
+            'reports_consumer_lag_records{agent="aggregate"} 80.0\n'
             'reports_clickhouse_memory_bytes 2.097152e+08\n'
             'reports_python_allocated_blocks 1.5e+06\n')
     assert gauge(page, "reports_consumer_lag_records", 'agent="materializer"') == 120
+    assert gauge(page, "reports_consumer_lag_records", 'agent="aggregate"') == 80
     assert gauge(page, "reports_clickhouse_memory_bytes") == 200 * MB
     assert math.isnan(gauge(page, "reports_missing"))
     soak = soak_of([Sample(t, 500 * MB, 100 * MB) for t in range(0, 181, 10)])
-    soak.scrapes = [Scrape(t, t, 200 + t // 60, 1500 + t) for t in range(5, 180, 10)]
+    soak.scrapes = [Scrape(t, t, 2 * t, 200 + t // 60, 1500 + t) for t in range(5, 180, 10)]
     rows = soak.minutes()
     assert [r.clickhouse_mb for r in rows] == [200, 201, 202]
     assert [r.python_kblocks for r in rows] == [1530, 1590, 1650]
     assert [r.clickhouse_lag for r in rows] == [55, 115, 175]
-    assert "CH MEM MB" in table(rows) and "1590" in table(rows)
+    assert [r.aggregate_lag for r in rows] == [110, 230, 350]
+    assert "CH MEM MB" in table(rows) and "1590" in table(rows) and "AGG LAG" in table(rows)
