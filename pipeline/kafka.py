@@ -86,6 +86,27 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
         self._acked_index[tp].clear()
         return end
 
+    def resume_flow(self) -> None:
+        """Faust clears its streams' queues whenever it resumes the flow of
+        records (during recovery, after a rebalance), dropping records read but
+        not yet taken by the agent, and it does not always read them again: a
+        restarted worker lost the changes between its committed offset and its
+        first batch that way, and its counts missed them for good. So every
+        resumption reads the acknowledged topics again from the committed
+        offset, and ``_drain_messages`` hands those records over even though
+        it read them before (the agent applies a change it has seen once)."""
+        super().resume_flow()
+        self._rewinding = asyncio.ensure_future(self._read_again())
+
+    async def _read_again(self) -> None:
+        for tp in self.assignment():
+            if self.app.topics.acks_enabled_for(tp.topic):
+                committed = self._committed_offset.get(tp)
+                try:
+                    await self.seek(tp, committed if committed is not None else 0)
+                except KafkaError as err:  # no longer assigned: its next owner reads it
+                    log.warning("reading %s again from offset %s failed: %s", tp, committed, err)
+
     async def _drain_messages(self, fetcher: Any) -> None:
         """Faust's loop from fetched records to the agents' streams, handing a
         record straight to its streams' queues while they have room.
@@ -107,6 +128,7 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
         channels = cast(Any, self.app.topics)._topic_name_index
         read_offset = self._read_offset
         commit_every = self._commit_every
+        acked = self.app.topics.acks_enabled_for
         handed = 0
         try:
             while not (consumer_stopped() or fetcher_stopped()):
@@ -118,8 +140,8 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
                     break
                 async for tp, message in records:
                     r_offset = read_offset[tp]
-                    if r_offset is not None and message.offset < r_offset:
-                        continue  # read before a seek back
+                    if r_offset is not None and message.offset < r_offset and not acked(tp.topic):
+                        continue  # read before a seek back (see resume_flow)
                     if commit_every is not None and self._n_acked >= commit_every:
                         self._n_acked = 0
                         await self.commit()
