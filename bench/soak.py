@@ -163,14 +163,12 @@ class Soak:
             latencies = self.run.write_latencies[self._index(start):self._index(end)]
             rss = self.rss_between(start, end)
             scraped = [sc for sc in self.scrapes if start <= sc.at <= end]
-            lags = [sc.lag for sc in scraped if not math.isnan(sc.lag)]
-            behind = [sc.aggregate_lag for sc in scraped if not math.isnan(sc.aggregate_lag)]
             rows.append(Minute(
                 i + 1, end - start, len(latencies), self.rate(start, end),
                 percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
                 bisect.bisect_left(self._failed, end) - bisect.bisect_left(self._failed, start),
-                rss.system / MB, rss.broker / MB, max(lags) if lags else float("nan"),
-                max(behind) if behind else float("nan"),
+                rss.system / MB, rss.broker / MB, _most([sc.lag for sc in scraped]),
+                _most([sc.aggregate_lag for sc in scraped]),
                 _median([sc.clickhouse_mb for sc in scraped]),
                 _median([sc.python_kblocks for sc in scraped])))
         return rows
@@ -211,9 +209,18 @@ async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concu
     return Soak(seconds, run, started, rss.samples, cut_short, scrapes)
 
 
+def _known(values: list[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
+
+
 def _median(values: list[float]) -> float:
-    known = [v for v in values if not math.isnan(v)]
+    known = _known(values)
     return statistics.median(known) if known else float("nan")
+
+
+def _most(values: list[float]) -> float:
+    known = _known(values)
+    return max(known) if known else float("nan")
 
 
 def gauge(page: str, name: str, labels: str = "") -> float:
@@ -288,7 +295,7 @@ def figures(report: Report, soak: Soak, *, note: str, full_after: float = 5 * MI
     report.add("soak write latency p99", percentile(latencies, 99) * 1000, "ms", ("<", 250),
                note=f"p50 {percentile(latencies, 50) * 1000:.0f} ms over {len(latencies)}"
                " writes, closed loop")
-    behind = [r.aggregate_lag for r in rows if not math.isnan(r.aggregate_lag)]
+    behind = _known([r.aggregate_lag for r in rows])
     if behind:
         report.add("soak aggregate agent lag, most", max(behind), "records",
                    note="change-log records (transaction markers included) past the"
