@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import defaultdict
 from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -21,6 +22,7 @@ from faust.types import TP
 from pipeline import topics, transactions
 from pipeline.logs import quiet
 from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError
+from pipeline.offsets import Handed
 from pipeline.settings import Settings
 from pipeline.store import Progress
 from pipeline.topics import MAX_MESSAGE_BYTES
@@ -57,49 +59,50 @@ class ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class ReadCommittedConsumer(faust_aiokafka.Consumer):
+    """Faust's consumer, committing an acknowledged topic's offset only past
+    records its agent has processed (``pipeline.offsets``).
+
+    Faust clears its streams' queues whenever it resumes the flow of records
+    (during recovery, after a rebalance), dropping records read but not yet
+    taken by the agent, and it does not always read them again: a restarted
+    worker lost changes that way. So every resumption reads the acknowledged
+    topics again from the committed offset, which never passes a record still
+    out (the agent applies a change it has seen before only once)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handed: defaultdict[TP, Handed] = defaultdict(Handed)
+
     def _new_consumer_thread(self) -> ReadCommittedConsumerThread:
         return ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     def _new_offset(self, tp: TP) -> int | None:
-        """The offset to commit for ``tp``: the one after the highest
-        acknowledged.
-
-        Faust's own counts the acknowledged offsets from the committed one up to
-        the first missing, filling in the offsets no message takes (transaction
-        markers, aborted records) from the gaps it notes while reading. Each gap
-        it notes ends with the offset of the message after it, already
-        acknowledged; counted twice, it ends the count. On the change log, where
-        every transaction ends with a marker, the committed offset so moved two
-        offsets a commit: the group's lag grew with the log, a restart re-read
-        all of it, and the acknowledged offsets piled up in memory, sorted
-        again at every commit (faust-streaming/faust#606).
-
-        The only acknowledged topic of the app is the change log, read by one
-        agent that acknowledges its events in log order; so every record below
-        the highest acknowledged offset has been processed, whatever gaps lie
-        between (``_drain_messages`` notes none)."""
+        """Faust's own counts the acknowledged offsets from the committed one up
+        to the first missing, filling in the offsets no message takes
+        (transaction markers, aborted records) from the gaps it notes while
+        reading. Each gap it notes ends with the offset of the message after
+        it, already acknowledged; counted twice, it ends the count. On the
+        change log, where every transaction ends with a marker, the committed
+        offset so moved two offsets a commit: the group's lag grew with the
+        log, a restart re-read all of it, and the acknowledged offsets piled up
+        in memory, sorted again at every commit (faust-streaming/faust#606)."""
         acked = self._acked[tp]
         if not acked:
             return None
-        end = max(acked) + 1
+        offset = self._handed[tp].commit_point(acked, self._committed_offset.get(tp))
         acked.clear()
         self._acked_index[tp].clear()
-        return end
+        return offset
 
     def resume_flow(self) -> None:
-        """Faust clears its streams' queues whenever it resumes the flow of
-        records (during recovery, after a rebalance), dropping records read but
-        not yet taken by the agent, and it does not always read them again: a
-        restarted worker lost the changes between its committed offset and its
-        first batch that way, and its counts missed them for good. So every
-        resumption reads the acknowledged topics again from the committed
-        offset, and ``_drain_messages`` hands those records over even though
-        it read them before (the agent applies a change it has seen once)."""
         super().resume_flow()
         self._rewinding = asyncio.ensure_future(self._read_again())
 
     async def _read_again(self) -> None:
-        for tp in self.assignment():
+        assigned = self.assignment()
+        for tp in [tp for tp in self._handed if tp not in assigned]:
+            del self._handed[tp]  # its next owner reads it
+        for tp in assigned:
             if self.app.topics.acks_enabled_for(tp.topic):
                 committed = self._committed_offset.get(tp)
                 try:
@@ -129,6 +132,8 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
         read_offset = self._read_offset
         commit_every = self._commit_every
         acked = self.app.topics.acks_enabled_for
+        committed = self._committed_offset
+        out = self._handed
         handed = 0
         try:
             while not (consumer_stopped() or fetcher_stopped()):
@@ -145,6 +150,8 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
                     if commit_every is not None and self._n_acked >= commit_every:
                         self._n_acked = 0
                         await self.commit()
+                    if acked(tp.topic):
+                        out[tp].hand(message.offset, committed.get(tp))
                     if flow_active() and not flow_suspended() and not any(
                             c.queue.full() for c in channels.get(message.topic, ())):
                         await callback(message)
