@@ -85,12 +85,18 @@ class Aggregator:
             await self._materialized(first_rv - 1)
             await self._rebuild(before=first_rv)
         totals: dict[aggregate.CountKey, int] = {}
+        # The counts are as of the last change applied: rows written before a
+        # crash may be older (their batch's table records were kept, the rows
+        # lost) or as new, never newer; the materializer's watermark may be
+        # either, and rows of a later change must replace these.
+        applied_rv = 0
         for value in self._contributions.values():
-            totals = aggregate.add(totals, aggregate.Applied.from_json(value).counts())
+            applied = aggregate.Applied.from_json(value)
+            totals = aggregate.add(totals, applied.counts())
+            applied_rv = max(applied_rv, applied.resource_version)
         self._totals = totals
-        rv = await self._store.watermark()
         per_policy = aggregate.by_policy(totals)
-        await self._emit_counts(per_policy.keys(), per_policy, rv, datetime.now(UTC))
+        await self._emit_counts(per_policy.keys(), per_policy, applied_rv, datetime.now(UTC))
         await self._delivered()
 
     async def _materialized(self, rv: int) -> None:
