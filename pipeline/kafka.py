@@ -102,13 +102,17 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
         assigned = self.assignment()
         for tp in [tp for tp in self._handed if tp not in assigned]:
             del self._handed[tp]  # its next owner reads it
-        for tp in assigned:
-            if self.app.topics.acks_enabled_for(tp.topic):
-                committed = self._committed_offset.get(tp)
-                try:
-                    await self.seek(tp, committed if committed is not None else 0)
-                except KafkaError as err:  # no longer assigned: its next owner reads it
-                    log.warning("reading %s again from offset %s failed: %s", tp, committed, err)
+        offsets = {tp: self._committed_offset.get(tp) or 0 for tp in assigned
+                   if self.app.topics.acks_enabled_for(tp.topic)}
+        if not offsets:
+            return
+        try:
+            # on the consumer's own thread: Faust's ``seek`` changes the
+            # consumer from the caller's, racing its fetcher (a KeyError
+            # there stopped the agent's reading for good)
+            await self.seek_wait(offsets)
+        except (KafkaError, TimeoutError) as err:  # no longer assigned: its next owner reads it
+            log.warning("reading %s again from the committed offsets failed: %r", offsets, err)
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """Faust's loop from fetched records to the agents' streams, handing a
