@@ -5,7 +5,10 @@ the results into public events and ClickHouse trend rows.
 
 Exactness: a report's contribution carries the resourceVersion it was applied
 at, so a change delivered twice, or replayed after a crash, is applied once.
-Counts are never stored on their own; they are the sum of the contributions,
+A deleted report leaves no entry, so the table holds the reports that exist
+(pods come and go all day): a replay runs forward from the agent's committed
+offset, so an earlier version of a deleted report it applies again is deleted
+again before it ends. Counts are never stored on their own; they are the sum of the contributions,
 recomputed when the agent starts. When the contributions table is empty while
 ClickHouse holds reports (its changelog topic was lost, or the pipeline is
 started on existing data), the table is rebuilt from ClickHouse's latest state
@@ -31,6 +34,9 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 Publish = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
 METRICS = ("written", "new_failures", "resolved_failures")
+#: the contributions table's entry for the resourceVersion of the last change
+#: applied (no report's key: those name a resource, namespace and name)
+LAST_APPLIED = "last-applied"
 
 
 def iso(ts: float) -> str:
@@ -90,10 +96,18 @@ class Aggregator:
         # lost) or as new, never newer; the materializer's watermark may be
         # either, and rows of a later change must replace these.
         applied_rv = 0
-        for value in self._contributions.values():
+        empty = []
+        for key, value in self._contributions.items():
+            if key == LAST_APPLIED:
+                applied_rv = max(applied_rv, int(value["rv"]))
+                continue
             applied = aggregate.Applied.from_json(value)
             totals = aggregate.add(totals, applied.counts())
             applied_rv = max(applied_rv, applied.resource_version)
+            if not applied.statuses:
+                empty.append(key)
+        for key in empty:  # deleted reports (earlier versions kept them)
+            del self._contributions[key]
         self._totals = totals
         per_policy = aggregate.by_policy(totals)
         await self._emit_counts(per_policy.keys(), per_policy, applied_rv, datetime.now(UTC))
@@ -114,9 +128,9 @@ class Aggregator:
             while True:
                 page = await self._store.versions_before(rtype.id, before, after=after)
                 for row, deleted in page:
-                    # a deletion's row is a tombstone with no object
-                    applied = aggregate.Applied(row.resource_version, row.namespace) if deleted \
-                        else aggregate.contribution(orjson.loads(row.raw), row.resource_version)
+                    if deleted:  # a deleted report contributes nothing
+                        continue
+                    applied = aggregate.contribution(orjson.loads(row.raw), row.resource_version)
                     if applied is not None:
                         key = objects.object_key(rtype, row.namespace, row.name)
                         self._contributions[key] = applied.to_json()
@@ -151,11 +165,11 @@ class Aggregator:
         window_ts: dict[int, float] = {}
         last_rv = 0
         # each key is written once a batch: every table write is a changelog
-        # record, and a report often changes twice in a second
-        updated: dict[str, dict[str, Any]] = {}
+        # record, and a report often changes twice in a second (None: deleted)
+        updated: dict[str, dict[str, Any] | None] = {}
         for change, ts in batch:
             key = objects.object_key(*objects.identity(change.obj))
-            previous = updated.get(key) or self._contributions.get(key)
+            previous = updated[key] if key in updated else self._contributions.get(key)
             outcome = aggregate.apply_change(
                 aggregate.Applied.from_json(previous) if previous else None,
                 resource_version=change.resource_version, obj=change.obj,
@@ -163,9 +177,7 @@ class Aggregator:
             if outcome is None:
                 continue
             last_rv = change.resource_version
-            namespace = objects.metadata(change.obj).get("namespace") or ""
-            applied = outcome.applied or aggregate.Applied(change.resource_version, namespace)
-            updated[key] = applied.to_json()
+            updated[key] = outcome.applied.to_json() if outcome.applied else None
             self._totals = aggregate.add(self._totals, outcome.delta)
             start = window_start(ts, self._window)
             window_ts[start] = ts
@@ -182,7 +194,12 @@ class Aggregator:
                 await self._send(self._topics.result_events, self._event_key(t),
                                     self._event(t, change, ts))
         for key, value in updated.items():
-            self._contributions[key] = value
+            if value is not None:
+                self._contributions[key] = value
+            elif key in self._contributions:
+                del self._contributions[key]
+        if last_rv:
+            self._contributions[LAST_APPLIED] = {"rv": last_rv}
         for (start, name), n in increments.items():
             self._activity.relative_to(window_ts[start])[name] += n
         if touched:
