@@ -8,8 +8,8 @@ at, so a change delivered twice, or replayed after a crash, is applied once.
 A deleted report leaves no entry, so the table holds the reports that exist
 (pods come and go all day): a replay runs forward from the agent's committed
 offset, so an earlier version of a deleted report it applies again is deleted
-again before it ends. Counts are never stored on their own; they are the sum of the contributions,
-recomputed when the agent starts. When the contributions table is empty while
+again before it ends. Counts are never stored on their own; they are the sum
+of the contributions, recomputed when the agent starts. When the contributions table is empty while
 ClickHouse holds reports (its changelog topic was lost, or the pipeline is
 started on existing data), the table is rebuilt from ClickHouse's latest state
 first.

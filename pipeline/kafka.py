@@ -148,13 +148,14 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
                 if self.should_stop:
                     break
                 async for tp, message in records:
+                    acknowledged = acked(tp.topic)
                     r_offset = read_offset[tp]
-                    if r_offset is not None and message.offset < r_offset and not acked(tp.topic):
+                    if r_offset is not None and message.offset < r_offset and not acknowledged:
                         continue  # read before a seek back (see resume_flow)
                     if commit_every is not None and self._n_acked >= commit_every:
                         self._n_acked = 0
                         await self.commit()
-                    if acked(tp.topic):
+                    if acknowledged:
                         out[tp].hand(message.offset, committed.get(tp))
                     if flow_active() and not flow_suspended() and not any(
                             c.queue.full() for c in channels.get(message.topic, ())):
