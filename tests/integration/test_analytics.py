@@ -71,8 +71,9 @@ async def test_readme_queries_answer_their_questions(start, make_settings) -> No
     current = (await api.get(f"{collection_path(POLR, 'pay')}/ok")).json()
     replaced = scored("ok", "pay", fail=1, severity="critical", score=None)
     replaced["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-    assert (await api.put(f"{collection_path(POLR, 'pay')}/ok", json=replaced)).status_code \
-        == 200
+    put = await api.put(f"{collection_path(POLR, 'pay')}/ok", json=replaced)
+    assert put.status_code == 200
+    last_rv = int(put.json()["metadata"]["resourceVersion"])
 
     queries = readme_queries()
     assert set(queries) == {"failing-now", "daily-fails", "top-resources", "high-scores"}
@@ -85,10 +86,12 @@ async def test_readme_queries_answer_their_questions(start, make_settings) -> No
         while True:
             _, rows = await store.analytics(queries["failing-now"])
             _, daily = await store.analytics(queries["daily-fails"])
+            # the counts are the aggregator's, reports FINAL the materializer's:
+            # it must hold the last write too
             _, reports = await store.analytics(
-                "SELECT count() FROM reports FINAL WHERE NOT deleted")
+                "SELECT count(), max(resource_version) FROM reports FINAL WHERE NOT deleted")
             if sum(r[2] for r in rows) == 7 and today_total(daily) == 7 \
-                    and reports[0][0] == len(docs):
+                    and reports[0][0] == len(docs) and reports[0][1] >= last_rv:
                 break
             await asyncio.sleep(0.1)
     assert [tuple(r) for r in rows] == [("pay", "disallow-capabilities", 2),
