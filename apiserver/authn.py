@@ -11,13 +11,18 @@ decides it, in this order:
    (``--authentication-kubeconfig``);
 3. otherwise 401.
 
+Every authenticated user is then in ``system:authenticated``, as
+k8s.io/apiserver's AuthenticatedGroupAdder puts them (RBAC's
+``system:discovery`` and ``system:basic-user`` bindings name that group: the
+aggregator fetches ``/openapi/*`` as ``system:aggregator`` with no groups).
+
 The user is put in the ASGI scope (``scope["user"]``) for the authorizer."""
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,6 +34,9 @@ from apiserver.responses import error_response
 #: ``--authorization-always-allow-paths`` and public-info-viewer role
 PUBLIC = ("/healthz", "/livez", "/readyz", "/version")
 EMBEDDED_USER = "reports-pipeline-admin"
+AUTHENTICATED = "system:authenticated"
+UNAUTHENTICATED = "system:unauthenticated"
+ANONYMOUS = "system:anonymous"
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,15 @@ class UserInfo:
     def extra_dict(self) -> dict[str, list[str]]:
         return {k: list(v) for k, v in self.extra}
 
+    def authenticated(self) -> UserInfo:
+        """The user with ``system:authenticated`` added, unless anonymous or
+        already in it (or in ``system:unauthenticated``), as
+        k8s.io/apiserver's AuthenticatedGroupAdder does."""
+        if self.name == ANONYMOUS or AUTHENTICATED in self.groups \
+                or UNAUTHENTICATED in self.groups:
+            return self
+        return replace(self, groups=(*self.groups, AUTHENTICATED))
+
 
 @dataclass(frozen=True)
 class RequestHeaders:
@@ -50,6 +67,9 @@ class RequestHeaders:
     group_headers: Sequence[str] = ("X-Remote-Group",)
     extra_prefixes: Sequence[str] = ("X-Remote-Extra-",)
     allowed_names: Sequence[str] = ()
+    #: ``--requestheader-uid-headers``: none by default, as in k8s.io/apiserver
+    #: (the aggregator sends ``X-Remote-Uid``)
+    uid_headers: Sequence[str] = ()
 
     def user(self, headers: list[tuple[bytes, bytes]]) -> UserInfo | None:
         lowered = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
@@ -64,8 +84,10 @@ class RequestHeaders:
             for prefix in prefixes:
                 if k.startswith(prefix):
                     extra.setdefault(unquote(k[len(prefix):]), []).append(v)
+        uids = [h.lower() for h in self.uid_headers]
+        uid = next((v for k, v in lowered if k in uids and v), "")
         return UserInfo(name, tuple(v for k, v in lowered if k in groups),
-                        tuple((k, tuple(v)) for k, v in sorted(extra.items())))
+                        tuple((k, tuple(v)) for k, v in sorted(extra.items())), uid)
 
 
 TokenReviewer = Callable[[str], Awaitable["UserInfo | None"]]
@@ -100,7 +122,7 @@ class Authentication:
         if user is None:
             await error_response(Unauthorized("Unauthorized"))(scope, receive, send)
             return
-        scope["user"] = user
+        scope["user"] = user.authenticated()
         await self.app(scope, receive, send)
 
     async def _authenticate(self, scope: Scope) -> UserInfo | None:

@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError
 
 from apiserver.errors import Unavailable
 from pipeline import kafka, metrics
+from pipeline.commit import EMPTY_RESOURCE_VERSION
 from pipeline.messages import Change
 from pipeline.objects import identity
 from pipeline.settings import Settings
@@ -129,7 +130,7 @@ class ChangeLog:
         await self._consumer.start()
         progress = await self._store.progress(self._settings.changes_topic)
         self._watermark = await self._store.watermark()
-        self._rv = self._watermark
+        self._rv = max(self._watermark, EMPTY_RESOURCE_VERSION)
         start, _ = await kafka.start_offset(self._consumer, self._tp, progress)
         if progress is not None and start == progress.offset + 1:
             self._floor = progress.resource_version

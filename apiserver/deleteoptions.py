@@ -14,12 +14,17 @@ from typing import Any
 
 from apiserver.errors import BadRequest, cause, invalid
 from apiserver.schema import json_type
+from pipeline.resources import RESOURCES
 
 JSON = dict[str, Any]
 POLICIES = ("Foreground", "Background", "Orphan")
 #: the finalizer each propagation policy leaves for the garbage collector
 FINALIZERS = {"Foreground": "foregroundDeletion", "Orphan": "orphan"}
-API_VERSIONS = ("v1", "meta.k8s.io/v1")
+#: DeleteOptions is registered in every group version the server serves (as
+#: k8s.io/apimachinery's AddToGroupVersion does): Kyverno's typed clients send
+#: it as reports.kyverno.io/v1
+API_VERSIONS = frozenset(("v1", "meta.k8s.io/v1", "meta.k8s.io/v1beta1",
+                          *(r.api_version for r in RESOURCES)))
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,8 @@ def parse(body: JSON | None, query: Mapping[str, str], dry_run_query: Sequence[s
         if not isinstance(body, dict):
             raise BadRequest("the body of a delete must be a DeleteOptions object")
         kind, version = body.get("kind"), body.get("apiVersion")
-        if kind not in (None, "", "DeleteOptions") or version not in (None, "", *API_VERSIONS):
+        if kind not in (None, "", "DeleteOptions") or (
+                version not in (None, "") and version not in API_VERSIONS):
             raise BadRequest(f"the body of a delete must be DeleteOptions, not"
                              f" {version or '?'}/{kind or '?'}")
         options.update({k: v for k, v in body.items() if k not in ("kind", "apiVersion")})

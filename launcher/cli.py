@@ -170,6 +170,9 @@ def _access_flags(command: argparse.ArgumentParser, *, serve: bool) -> None:
     group.add_argument("--requestheader-extra-headers-prefix", type=_names, metavar="NAMES",
                        default="X-Remote-Extra-", help="prefixes of headers with the"
                        " user's extra attributes")
+    group.add_argument("--requestheader-uid-headers", type=_names, metavar="NAMES", default="",
+                       help="headers naming the user's uid (the aggregator sends"
+                            " X-Remote-Uid; empty: no uid)")
     group.add_argument("--authentication-kubeconfig", metavar="KUBECONFIG",
                        help="check other bearer tokens with TokenReviews at this"
                             " kube-apiserver (a kubeconfig file, or in-cluster)")
@@ -187,7 +190,8 @@ def _access_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"client_ca": args.client_ca,
             "request_headers": RequestHeaders(
                 args.requestheader_username_headers, args.requestheader_group_headers,
-                args.requestheader_extra_headers_prefix, args.requestheader_allowed_names),
+                args.requestheader_extra_headers_prefix, args.requestheader_allowed_names,
+                args.requestheader_uid_headers),
             "authentication": args.authentication_kubeconfig,
             "authorization": args.authorization_kubeconfig}
 

@@ -18,6 +18,11 @@ from pipeline.messages import Change, Reply, WriteRequest
 
 JSON = dict[str, Any]
 _UID_NAMESPACE = uuid.UUID("6f1c2a8e-5b7d-4c1e-9a55-0d7b3f6e2c91")
+#: The resourceVersion of a store that has never been written, as etcd's first
+#: revision is 1: every list and watch has a real one, never "0" (client-go's
+#: RetryWatcher, which Kyverno's report counters use, refuses "0"). The first
+#: change is one more.
+EMPTY_RESOURCE_VERSION = 1
 _SYSTEM_FIELDS = ("uid", "creationTimestamp", "deletionTimestamp", "generation", "resourceVersion")
 
 

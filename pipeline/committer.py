@@ -14,7 +14,14 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from pipeline import objects
-from pipeline.commit import Current, Decision, current_after, decide, dry
+from pipeline.commit import (
+    EMPTY_RESOURCE_VERSION,
+    Current,
+    Decision,
+    current_after,
+    decide,
+    dry,
+)
 from pipeline.messages import Change, WriteRequest
 from pipeline.store import ReportStore
 
@@ -55,7 +62,8 @@ class Committer:
         self._state = {}
         for change in tail:
             self._follow(objects.identity(change.obj), change)
-        self._next_rv = max([watermark, *(c.resource_version for c in tail)]) + 1
+        self._next_rv = max([EMPTY_RESOURCE_VERSION, watermark,
+                             *(c.resource_version for c in tail)]) + 1
         self._ready = True
         log.info("committer recovered: %d live objects, %d changes in the log tail,"
                  " next resourceVersion %d", len(self._live), len(tail), self._next_rv)

@@ -113,7 +113,8 @@ async def test_delegated_authentication_and_authorization(
     ca_file, _ = write(front_proxy, tmp_path, "front-proxy-ca")
     write(issue("front-proxy-client", ca=front_proxy), tmp_path, "aggregator")
 
-    access = Access(request_headers=RequestHeaders(allowed_names=("front-proxy-client",)),
+    access = Access(request_headers=RequestHeaders(allowed_names=("front-proxy-client",),
+                                                   uid_headers=("X-Remote-Uid",)),
                     review_token=reviews.token, review_access=reviews.access,
                     cache_seconds=30)
     system = System(make_settings(), data_dir, token=False, access=access)
@@ -134,7 +135,7 @@ async def test_delegated_authentication_and_authorization(
         context = ssl.create_default_context(cafile=str(cert))
         context.load_cert_chain(tmp_path / "aggregator.crt", tmp_path / "aggregator.key")
         alice = httpx.AsyncClient(base_url=frontend, verify=context, timeout=15, headers={
-            "X-Remote-User": "alice", "X-Remote-Group": "team-a"})
+            "X-Remote-User": "alice", "X-Remote-Group": "team-a", "X-Remote-Uid": "a-1"})
         async with alice:
             team_a, team_b = collection_path(POLR, "team-a"), collection_path(POLR, "team-b")
             assert (await alice.get(team_a)).status_code == 200
@@ -159,7 +160,9 @@ async def test_delegated_authentication_and_authorization(
 
             # what the authorizer was asked, and that its answers are reused
             asked = kube.access_reviews[0]
-            assert asked["user"] == "alice" and asked["groups"] == ["team-a"]
+            # k8s.io/apiserver adds system:authenticated; the uid comes along
+            assert asked["user"] == "alice" and asked["uid"] == "a-1"
+            assert asked["groups"] == ["team-a", "system:authenticated"]
             assert asked["resourceAttributes"] == {
                 "verb": "list", "group": "wgpolicyk8s.io", "version": "v1alpha2",
                 "resource": "policyreports", "namespace": "team-a", "name": ""}

@@ -65,3 +65,25 @@ def test_what_is_honoured() -> None:
     # the body overrides the query, as in the kube-apiserver
     assert parse({"propagationPolicy": "Orphan"}, {"propagationPolicy": "Foreground"},
                  []).finalizer == "orphan"
+
+
+@pytest.mark.parametrize("api_version", [
+    "v1", "meta.k8s.io/v1", "meta.k8s.io/v1beta1", "wgpolicyk8s.io/v1alpha2",
+    "reports.kyverno.io/v1", "openreports.io/v1alpha1"])
+def test_delete_options_of_every_served_group_version(api_version: str) -> None:
+    """Kyverno's typed clients delete EphemeralReports with DeleteOptions in
+    reports.kyverno.io/v1; kube-apiserver takes it in every group version it
+    serves, and checks it all the same."""
+    options = parse({"kind": "DeleteOptions", "apiVersion": api_version,
+                     "propagationPolicy": "Background"}, {}, [])
+    assert options.propagation == "Background"
+    with pytest.raises(Invalid):
+        parse({"kind": "DeleteOptions", "apiVersion": api_version,
+               "propagationPolicy": "Sideways"}, {}, [])
+
+
+@pytest.mark.parametrize("api_version", ["apps/v1", "reports.kyverno.io/v2", "example.com/v1"])
+def test_delete_options_of_a_group_version_not_served(api_version: str) -> None:
+    with pytest.raises(BadRequest) as refused:
+        parse({"kind": "DeleteOptions", "apiVersion": api_version}, {}, [])
+    assert f"not {api_version}/DeleteOptions" in refused.value.message
