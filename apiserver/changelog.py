@@ -81,12 +81,16 @@ class Expired(Exception):
 
 class Subscription:
     """Events for one watcher, in order; ``overflowed`` when the watcher fell
-    too far behind and must start again."""
+    too far behind and must start again. ``None`` in the queue: the server is
+    stopping, and the watch ends after what came before it."""
 
     def __init__(self, limit: int):
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self._limit = limit
         self.overflowed = False
+
+    def close(self) -> None:
+        self.queue.put_nowait(None)
 
     def offer(self, event: Event) -> None:
         if self.queue.qsize() >= self._limit:
@@ -117,6 +121,7 @@ class ChangeLog:
         self._advanced = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._subscribers: set[Subscription] = set()
+        self._closing = False
 
     @property
     def resource_version(self) -> int:
@@ -280,7 +285,17 @@ class ChangeLog:
         backlog = [e for e in self._events if e.change.resource_version > since]
         sub = Subscription(limit)
         self._subscribers.add(sub)
+        if self._closing:
+            sub.close()
         return backlog, sub
+
+    def close_watches(self) -> None:
+        """End every watch, now and from now on, as a stopping kube-apiserver
+        does: each stream ends cleanly after the events already sent, and its
+        client watches again elsewhere."""
+        self._closing = True
+        for sub in self._subscribers:
+            sub.close()
 
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)

@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import os
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,10 +39,48 @@ def write_private(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def ensure_certificate(directory: Path) -> tuple[Path, Path]:
-    """(cert, key) files under ``directory``, made once and then reused."""
+#: names every self-signed serving certificate carries, as k8s.io/apiserver's
+#: ``--cert-dir`` certificate does
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def serving_names(host: str, *, interfaces: Sequence[str] = (), hostname: str = "") -> list[str]:
+    """The DNS names and addresses a server listening on ``host`` is reached
+    by: loopback, the host itself, and (listening on every interface) each
+    interface's address and the machine's name. Pure."""
+    names = list(LOCAL_NAMES)
+    wildcard = host in ("", "0.0.0.0", "::")
+    for name in ([*interfaces, hostname] if wildcard else [host]):
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def certificate_names(cert_file: Path) -> set[str]:
+    """The DNS names and addresses a certificate is valid for."""
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {*san.get_values_for_type(x509.DNSName),
+            *(str(a) for a in san.get_values_for_type(x509.IPAddress))}
+
+
+def ensure_certificate(directory: Path, names: Sequence[str] = LOCAL_NAMES
+                       ) -> tuple[Path, Path]:
+    """(cert, key) files under ``directory``, self-signed for ``names``: made
+    once and reused while they cover every name, made again when a name is
+    missing (a server given another ``--host``)."""
     cert_file, key_file = directory / "tls.crt", directory / "tls.key"
-    if cert_file.exists() and key_file.exists():
+    if cert_file.exists() and key_file.exists() and set(names) <= certificate_names(cert_file):
         return cert_file, key_file
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -52,9 +91,7 @@ def ensure_certificate(directory: Path) -> tuple[Path, Path]:
         .subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=3650))
-        .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False)
+        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )

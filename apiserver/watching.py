@@ -122,7 +122,7 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
             # Everything already queued goes out in one chunk: one write to the
             # connection however many events a busy moment brought.
             chunks = []
-            while True:
+            while event is not None:
                 last = event.change.resource_version
                 out = _visible(query, event, seen)
                 if out is not None:
@@ -132,6 +132,8 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
                 event = sub.queue.get_nowait()
             if chunks:
                 yield b"".join(chunks)
+            if event is None:  # the server is stopping
+                return
             if sub.overflowed and sub.queue.empty():
                 return
     finally:

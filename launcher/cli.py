@@ -182,6 +182,25 @@ def _access_flags(command: argparse.ArgumentParser, *, serve: bool) -> None:
                             " it every authenticated user may do anything")
 
 
+def _tls_flags(command: argparse.ArgumentParser, *, default_dir: str) -> None:
+    """The serving certificate, as k8s.io/apiserver servers take it."""
+    group = command.add_argument_group("serving certificate (as k8s.io/apiserver servers)")
+    group.add_argument("--tls-cert-file", "--tls-cert", dest="tls_cert", type=existing_file,
+                       help="serving certificate (PEM, intermediates after it); without it a"
+                            " self-signed one in --cert-dir, for the addresses served")
+    group.add_argument("--tls-private-key-file", "--tls-key", dest="tls_key",
+                       type=existing_file, help="the private key of --tls-cert-file (PEM)")
+    group.add_argument("--cert-dir", type=Path, help="where the self-signed certificate is"
+                       f" kept (default: {default_dir})")
+
+
+def _tls_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.exit(2, f"reports-pipeline {args.command}: error: give both --tls-cert-file and"
+                       " --tls-private-key-file, or neither\n")
+    return {"tls_cert": args.tls_cert, "tls_key": args.tls_key, "cert_dir": args.cert_dir}
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
 
@@ -217,6 +236,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1",
                     help="address the frontend listens on (0.0.0.0: every interface)")
     up.add_argument("--port", type=port, default=0, help="frontend port (0: any free one)")
+    _tls_flags(up, default_dir="DATA/tls")
     _access_flags(up, serve=False)
 
     worker = sub.add_parser(
@@ -241,10 +261,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="where the bearer token lives when no client CA is used")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on")
     serve.add_argument("--port", type=port, default=6443, help="port to listen on")
-    serve.add_argument("--tls-cert", type=existing_file, required=True,
-                       help="serving certificate (PEM)")
-    serve.add_argument("--tls-key", type=existing_file, required=True,
-                       help="its private key (PEM)")
+    _tls_flags(serve, default_dir="DATA/tls")
     _access_flags(serve, serve=True)
     serve.add_argument("--health-port", type=port,
                        help="also serve /livez and /readyz over plain HTTP on this port,"
@@ -455,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             options = ServeOptions(
                 args.data_dir, worker=False, host=args.host, sock=sock,
-                tls_cert=args.tls_cert, tls_key=args.tls_key, write_kubeconfig=False,
+                write_kubeconfig=False, **_tls_options(parser, args),
                 **_access_options(args),
                 front_proxy=Cluster.from_env(os.environ)
                 if args.front_proxy_ca_from_cluster else None,
@@ -465,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         with data_dir_lock(args.data_dir):
             _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock,
+                                              **_tls_options(parser, args),
                                               **_access_options(args))))
         return 0
     except (StartupError, AlreadyRunning, ClusterError) as err:

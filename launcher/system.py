@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -38,7 +39,7 @@ from apiserver.changelog import ChangeLog
 from apiserver.httpprotocol import protocol
 from apiserver.responses import metrics_page
 from apiserver.service import ReportService
-from apiserver.tls import ensure_certificate, ensure_token, write_kubeconfig
+from apiserver.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
 from apiserver.writes import Writer
 from launcher.broker import BrokerError, KafkaBroker
 from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
@@ -108,6 +109,7 @@ class ServeOptions:
     port: int = 0
     tls_cert: Path | None = None  # None: a self-signed one under data_dir
     tls_key: Path | None = None
+    cert_dir: Path | None = None  # None: DATA/tls
     client_ca: Path | None = None  # require client certificates signed by this CA
     write_kubeconfig: bool = True
     sock: socket.socket | None = None  # the listening socket, bound before start-up
@@ -192,6 +194,7 @@ class System:
         self.store: ReportStore | None = None
         self.broker: KafkaBroker | None = None
         self.committer: CommitService | None = None
+        self.changelog: ChangeLog | None = None
 
     async def start(self) -> None:
         try:
@@ -241,7 +244,7 @@ class System:
             self._on_stop("the lag monitor", lag.stop)
         if not frontend:
             return
-        changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
+        self.changelog = changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
         await changelog.start()
         self._on_stop("the change-log cache", changelog.stop)
         writer = Writer(settings, bootstrap=self.bootstrap)
@@ -358,7 +361,9 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
     assert system.app is not None
     cert, key = options.tls_cert, options.tls_key
     if cert is None or key is None:
-        cert, key = ensure_certificate(system.data_dir / "tls")
+        cert, key = ensure_certificate(options.cert_dir or system.data_dir / "tls",
+                                       serving_names(options.host, interfaces=_addresses(),
+                                                     hostname=socket.gethostname()))
     client_ca, front_proxy_pem = options.client_ca, ""
     if options.front_proxy is not None:
         try:
@@ -401,8 +406,18 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
         health.ready = False
         if refreshing is not None:
             refreshing.cancel()
+        if system.changelog is not None:
+            # open watches end cleanly, so their connections close at once
+            system.changelog.close_watches()
         server.should_exit = True
         await serving
+
+
+def _addresses() -> list[str]:
+    """Every address of this machine's interfaces (a server on 0.0.0.0 is
+    reached by any of them)."""
+    return [a.address.split("%")[0] for addrs in psutil.net_if_addrs().values()
+            for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)]
 
 
 def write_endpoints(system: System, *, frontend: str, kubeconfig: Path) -> dict[str, Any]:

@@ -35,7 +35,8 @@ def kubectl_binary() -> str:
 class Up:
     """One ``reports-pipeline up`` process."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None):
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()):
         self.data_dir = data_dir
         self.kubeconfig = data_dir / "kubeconfig"
         inherited = {k: v for k, v in os.environ.items()
@@ -43,7 +44,7 @@ class Up:
         env = {**inherited, "REPORTS_TOPIC_PREFIX": "e2e", **(env or {})}
         # A session of its own: its process group is `up` and its broker.
         self.proc = subprocess.Popen(
-            [str(BIN / "reports-pipeline"), "up", "--data-dir", str(data_dir)],
+            [str(BIN / "reports-pipeline"), "up", "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
             start_new_session=True)
         self.lines: Queue[str] = Queue()
@@ -129,8 +130,8 @@ class Kubectl:
 def up(tmp_path: Path) -> Iterator[Up]:
     started: list[Up] = []
 
-    def start(env: dict[str, str] | None = None) -> Up:
-        u = Up(tmp_path / "data", env)
+    def start(env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Up:
+        u = Up(tmp_path / "data", env, args)
         started.append(u)
         u.wait_ready()
         return u
