@@ -7,9 +7,11 @@ import contextlib
 import ipaddress
 import os
 import secrets
+import ssl
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 from cryptography import x509
@@ -63,6 +65,14 @@ def _san(name: str) -> x509.GeneralName:
         return x509.DNSName(name)
 
 
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 def certificate_names(cert_file: Path) -> set[str]:
     """The DNS names and addresses a certificate is valid for."""
     cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
@@ -102,12 +112,31 @@ def ensure_certificate(directory: Path, names: Sequence[str] = LOCAL_NAMES
     return cert_file, key_file
 
 
+def client_context(ca_pem: str) -> ssl.SSLContext:
+    """A client's TLS context trusting ``ca_pem`` as a kubeconfig's
+    ``certificate-authority-data``: a served certificate given there itself
+    is trusted too (a partial chain, as Go's kubectl trusts it), not only the
+    CA that signed it."""
+    context = ssl.create_default_context(cadata=ca_pem)
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
+
+
 def write_kubeconfig(path: Path, *, server: str, cert_file: Path, token: str) -> None:
+    """A kubeconfig for ``server`` that trusts ``cert_file``; when the
+    certificate does not name the server's address (one given for the
+    cluster's Service names), it checks one of the names it does carry."""
     ca = base64.b64encode(cert_file.read_bytes()).decode()
+    cluster = {"server": server, "certificate-authority-data": ca}
+    host = urlsplit(server).hostname or ""
+    names = certificate_names(cert_file)
+    if host not in names:
+        dns = sorted(n for n in names if not _is_address(n))
+        if dns:
+            cluster["tls-server-name"] = dns[0]
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "reports-pipeline",
-        "clusters": [{"name": "reports-pipeline",
-                      "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "clusters": [{"name": "reports-pipeline", "cluster": cluster}],
         "users": [{"name": "reports-pipeline", "user": {"token": token}}],
         "contexts": [{"name": "reports-pipeline",
                       "context": {"cluster": "reports-pipeline", "user": "reports-pipeline",

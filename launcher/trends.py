@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 import httpx
 import yaml
 
+from apiserver.tls import client_context
 from dashboard import charts, filters
 from dashboard.filters import Filters, Span
 from dashboard.pages import stamp
@@ -73,17 +73,21 @@ class RunningSystem:
         self._server = cluster["server"]
         self.token: str = config["users"][0]["user"]["token"]
         self._ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        # the name the serving certificate carries, when not the address
+        self._extensions = ({"sni_hostname": cluster["tls-server-name"]}
+                            if cluster.get("tls-server-name") else {})
         self._client: httpx.AsyncClient | None = None
 
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]:
         if self._client is None:  # one connection for every query
-            context = ssl.create_default_context(cadata=self._ca)
+            context = client_context(self._ca)
             self._client = httpx.AsyncClient(
                 base_url=self._server, verify=context, timeout=60,
                 headers={"Authorization": f"Bearer {self.token}"})
         try:
             response = await self._client.post("/analytics/v1/query",
-                                               json={"query": sql, "parameters": parameters})
+                                               json={"query": sql, "parameters": parameters},
+                                               extensions=self._extensions)
         except httpx.TransportError as err:
             raise ConnectionError(f"cannot reach the running system at {self._server}:"
                                   f" {err}") from err

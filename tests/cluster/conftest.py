@@ -112,8 +112,8 @@ class Kubectl:
         return subprocess.Popen(self._argv(args), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
-    def json(self, *args: str) -> Any:
-        return json.loads(self.run(*args, "-o", "json").stdout)
+    def json(self, *args: str, input: str | None = None) -> Any:
+        return json.loads(self.run(*args, "-o", "json", input=input).stdout)
 
     def apply(self, docs: list[dict[str, Any]] | dict[str, Any], *args: str) -> None:
         docs = docs if isinstance(docs, list) else [docs]

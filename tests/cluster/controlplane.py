@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ipaddress
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import yaml
 from cryptography import x509
@@ -241,6 +242,14 @@ class ControlPlane:
         (pki / "sa.key").write_bytes(_key_pem(sa_key))
         (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        # the reviews the frontend asks for, as they arrive (tests read them)
+        self.audit_log = self.root / "audit.log"
+        policy = self.root / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Request", "resources": [{
+                "group": "authorization.k8s.io", "resources": ["subjectaccessreviews"]}]},
+                      {"level": "None"}]}))
         apiserver = Process(self.netns, [
             str(self._kubernetes / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
@@ -265,6 +274,8 @@ class ControlPlane:
             f"--proxy-client-cert-file={proxy_client[0]}",
             f"--proxy-client-key-file={proxy_client[1]}",
             "--enable-aggregator-routing=true",
+            f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json", "--audit-log-mode=blocking",
             "--profiling=false", "--v=0"],
             self.root / "kube-apiserver.log")
         self.processes.append(apiserver)
@@ -294,6 +305,14 @@ class ControlPlane:
             self.root / "kube-controller-manager.log")
         self.processes.append(manager)
         return manager
+
+    def access_reviews(self) -> list[dict[str, Any]]:
+        """Every SubjectAccessReview's spec so far, from the audit log."""
+        if not self.audit_log.exists():
+            return []
+        events = [json.loads(line) for line in self.audit_log.read_text().splitlines() if line]
+        return [e["requestObject"]["spec"] for e in events
+                if e.get("stage") == "ResponseComplete" and "requestObject" in e]
 
     def stop(self) -> None:
         for process in reversed(self.processes):
