@@ -102,7 +102,8 @@ class Kyverno:
             "webhookServerPort": str(WEBHOOK_PORT), "metricsPort": "8000",
             "disableMetrics": "true", "generateValidatingAdmissionPolicy": "false"})
         self._start("kyverno-reports-controller", "reports-controller", {
-            "openreportsEnabled": str(openreports).lower(), "reportsCRDsSanityChecks": "false", "backgroundScan": "true",
+            "openreportsEnabled": str(openreports).lower(),
+            "reportsCRDsSanityChecks": "false", "backgroundScan": "true",
             "backgroundScanInterval": scan_interval, "disableMetrics": "true",
             "metricsPort": "8001"})
         wait_until(self._webhooks_ready, "Kyverno's webhooks registered", timeout=180,
