@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from pipeline import aggregate, objects, resources
+from pipeline.commit import EMPTY_RESOURCE_VERSION
 from pipeline.messages import Change
 from pipeline.store import ReportStore
 
@@ -88,7 +89,8 @@ class Aggregator:
         if self._totals is not None:
             return
         if not len(self._contributions):
-            await self._materialized(first_rv - 1)
+            if first_rv - 1 > EMPTY_RESOURCE_VERSION:  # else no change came before
+                await self._materialized(first_rv - 1)
             await self._rebuild(before=first_rv)
         totals: dict[aggregate.CountKey, int] = {}
         # The counts are as of the last change applied: rows written before a

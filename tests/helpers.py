@@ -1,4 +1,6 @@
-"""Report objects for tests, built from the shared realistic report."""
+"""Report objects for tests, built from the realistic sample report the
+repository carries (``bench/data``: the Pod Security Standards "restricted"
+results of one Pod, as Kyverno writes them)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ import yaml
 
 from pipeline.resources import ResourceType
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-SAMPLE = SHARED / "pss-restricted-report.yaml"
+SAMPLE = Path(__file__).resolve().parents[1] / "bench" / "data" / "pss-restricted-report.yaml"
 
 
 @cache

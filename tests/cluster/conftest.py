@@ -132,7 +132,7 @@ class Cluster:
                    f"the default service account of {namespace}", timeout=60)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if not can_run():
         pytest.skip("the real-cluster tier makes a network namespace: run it as root")
@@ -173,6 +173,9 @@ class System:
         secret = next(d for d in docs if d["kind"] == "Secret"
                       and d["metadata"]["name"].endswith("-tls"))
         service = next(d for d in docs if d["kind"] == "Service")
+        frontend = next(d for d in docs if d["kind"] == "Deployment"
+                        and d["metadata"]["name"].endswith("-frontend"))
+        self.chart_args = frontend["spec"]["template"]["spec"]["containers"][0]["args"]
         self.service_account = next(d for d in docs if d["kind"] == "ServiceAccount")[
             "metadata"]["name"]
         self.cert, self.key = root / "tls.crt", root / "tls.key"
@@ -202,14 +205,26 @@ class System:
         self.process: Process | None = None
 
     def argv(self) -> list[str]:
-        return [str(BIN / "reports-pipeline"), "up", "--data-dir", str(self.data_dir),
-                "--host", NODE_ADDRESS, "--port", str(FRONTEND_PORT),
-                "--tls-cert-file", str(self.cert), "--tls-private-key-file", str(self.key),
-                "--requestheader-client-ca-file", str(self.front_proxy_ca),
-                "--requestheader-allowed-names", "front-proxy-client",
-                "--requestheader-uid-headers", "X-Remote-Uid",
-                "--authentication-kubeconfig", str(self.reviews),
-                "--authorization-kubeconfig", str(self.reviews)]
+        """The chart's frontend arguments, for `up` on this machine: its files
+        where the pod mounts them, the front-proxy CA that the pod reads from
+        the cluster in a file, the pod's service account in a kubeconfig."""
+        files = {"/tls/tls.crt": str(self.cert), "/tls/tls.key": str(self.key),
+                 "in-cluster": str(self.reviews)}
+        args = iter(self.chart_args)
+        assert next(args) == "serve"
+        argv = [str(BIN / "reports-pipeline"), "up", "--data-dir", str(self.data_dir),
+                "--host", NODE_ADDRESS]
+        for arg in args:
+            if arg == "--port":
+                argv += [arg, str(FRONTEND_PORT)]
+                next(args)
+            elif arg == "--health-port":  # the kubelet's probes: no kubelet here
+                next(args)
+            elif arg == "--front-proxy-ca-from-cluster":
+                argv += ["--requestheader-client-ca-file", str(self.front_proxy_ca)]
+            else:
+                argv.append(files.get(arg, arg))
+        return argv
 
     def start(self) -> None:
         log = self.root / "up.log"

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pipeline.processes import die_with_parent
 from tests.e2e.conftest import kubectl_binary
 
 API_ADDRESS = "10.200.0.2"
@@ -73,7 +74,7 @@ class Process:
         self.proc = subprocess.Popen(netns.command(argv), stdout=self._out,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env={**os.environ, **(env or {})}, cwd=cwd,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=die_with_parent())
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -335,19 +335,24 @@ async def test_discovery_legacy_and_aggregated(api: httpx.AsyncClient) -> None:
 
 
 async def test_a_fresh_store_lists_and_watches_at_a_real_resource_version(
-        api: httpx.AsyncClient) -> None:
+        start, make_settings) -> None:  # type: ignore[no-untyped-def]
     """client-go's RetryWatcher (Kyverno's report counters) refuses a list at
     "0": a store never written lists at 1, as etcd's first revision, and a
     watch from there sees the first write."""
+    running = await start(make_settings())
+    api = running.client
     for path in (PATH, collection_path(POLR, None), collection_path(CPOLR, None)):
         rv = (await api.get(path)).json()["metadata"]["resourceVersion"]
         assert rv == "1", path
-    started = asyncio.Event()
-    watch = asyncio.create_task(watch_until(api, PATH, {"resourceVersion": "1"},
-                                            lambda events: len(events) >= 1, started=started))
-    await started.wait()
-    created = await create(api, "first")
-    [event] = await watch
+    async with serve(running.system.app) as url, httpx.AsyncClient(
+            base_url=url, headers=api.headers) as client:
+        started = asyncio.Event()
+        watch = asyncio.create_task(watch_until(client, PATH, {"resourceVersion": "1"},
+                                                lambda events: len(events) >= 1,
+                                                started=started))
+        await started.wait()
+        created = await create(api, "first")
+        [event] = await watch
     assert event["type"] == "ADDED"
     assert event["object"]["metadata"]["resourceVersion"] == created["metadata"][
         "resourceVersion"]
