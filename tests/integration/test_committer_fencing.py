@@ -16,6 +16,7 @@ from aiokafka.errors import ProducerFenced
 
 from apiserver.writes import Writer
 from pipeline import kafka
+from pipeline.commit import EMPTY_RESOURCE_VERSION
 from pipeline.committing import CommitService, Fenced
 from pipeline.messages import Change, Reply, WriteRequest
 from pipeline.resources import RESOURCES
@@ -109,7 +110,8 @@ async def test_a_deposed_committer_cannot_publish(pipeline_parts: tuple[Settings
 
     changes = [Change.decode(r.value) for r in await committed(settings, settings.changes_topic)]
     assert [c.obj["metadata"]["name"] for c in changes] == ["r1", "r4"]
-    assert [c.resource_version for c in changes] == [1, 2], \
+    first_rv = EMPTY_RESOURCE_VERSION + 1
+    assert [c.resource_version for c in changes] == [first_rv, first_rv + 1], \
         "the last committer continues the sequence; the fenced ones spent nothing"
     replies = {Reply.decode(r.value).request_id
                for r in await committed(settings, settings.replies_topic)}
