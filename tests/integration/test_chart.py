@@ -7,10 +7,8 @@ clean. helm itself is built from the Go module proxy when it is missing."""
 from __future__ import annotations
 
 import base64
-import os
 import re
 import shlex
-import shutil
 import subprocess
 import tomllib
 from collections.abc import Iterator
@@ -24,9 +22,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtensionOID
 
+from tests.cluster import binaries
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "reports-pipeline"
-HELM_VERSION = "v3.22.0"
 #: the oldest Kubernetes the chart is checked against, and the newest schemas
 KUBERNETES = ("1.30", kubernetes_validate.latest_version())
 NAMESPACE = "reports"
@@ -34,16 +33,7 @@ NAMESPACE = "reports"
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    found = shutil.which("helm")
-    if found:
-        return found
-    cache = Path.home() / ".cache" / "reports-pipeline" / "bin"
-    binary = cache / "helm"
-    if not binary.exists():
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        subprocess.run([go, "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
-                       env={**os.environ, "GOBIN": str(cache)}, check=True, timeout=900)
-    return str(binary)
+    return binaries.helm()
 
 
 def render(helm: str, *values: str) -> list[dict[str, Any]]:
