@@ -60,8 +60,11 @@ def test_the_walkthrough_through_kube_apiserver(system: System) -> None:
             ["bash", "-c", f"set -e; if [ -f {env_file} ]; then . {env_file}; fi;"
              f" {command}; export -p > {env_file}"]),
             cwd=cwd, capture_output=True, text=True, timeout=120)
-        if "create --raw" in command and SAMPLE_NAME not in done.stdout:
-            time.sleep(1)  # ClickHouse holds it within a second: once more
+        deadline = time.monotonic() + 30
+        while ("create --raw" in command and SAMPLE_NAME not in done.stdout
+               and "FINAL WHERE NOT deleted" in (cwd / "query.json").read_text()
+               and time.monotonic() < deadline):
+            time.sleep(0.5)  # ClickHouse holds it within a second or so
             done = subprocess.run(system.cluster.netns.command(
                 ["bash", "-c", f". {env_file}; {command}"]), cwd=cwd, capture_output=True,
                 text=True, timeout=120)
