@@ -58,19 +58,18 @@ def serving_names(host: str, *, interfaces: Sequence[str] = (), hostname: str = 
     return names
 
 
-def _san(name: str) -> x509.GeneralName:
-    try:
-        return x509.IPAddress(ipaddress.ip_address(name))
-    except ValueError:
-        return x509.DNSName(name)
-
-
 def _is_address(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
     except ValueError:
         return False
     return True
+
+
+def subject_alternative_name(name: str) -> x509.GeneralName:
+    """An address or a DNS name, as a certificate names it."""
+    return x509.IPAddress(ipaddress.ip_address(name)) if _is_address(name) \
+        else x509.DNSName(name)
 
 
 def certificate_names(cert_file: Path) -> set[str]:
@@ -101,7 +100,8 @@ def ensure_certificate(directory: Path, names: Sequence[str] = LOCAL_NAMES
         .subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=3650))
-        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(
+            [subject_alternative_name(n) for n in names]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ipaddress
 import json
 import os
 import signal
@@ -31,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from apiserver.tls import subject_alternative_name
 from pipeline.processes import die_with_parent
 from tests.e2e.conftest import kubectl_binary
 
@@ -163,13 +163,8 @@ class Authority:
                        [ExtendedKeyUsageOID.SERVER_AUTH if hosts
                         else ExtendedKeyUsageOID.CLIENT_AUTH]), False))
         if hosts:
-            names: list[x509.GeneralName] = []
-            for host in hosts:
-                try:
-                    names.append(x509.IPAddress(ipaddress.ip_address(host)))
-                except ValueError:
-                    names.append(x509.DNSName(host))
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), False)
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [subject_alternative_name(h) for h in hosts]), False)
         cert = builder.sign(self.key, hashes.SHA256())
         cert_file = self.directory / f"{name.replace(':', '-')}.crt"
         key_file = cert_file.with_suffix(".key")
