@@ -89,8 +89,7 @@ class Aggregator:
         if self._totals is not None:
             return
         if not len(self._contributions):
-            if first_rv - 1 > EMPTY_RESOURCE_VERSION:  # else no change came before
-                await self._materialized(first_rv - 1)
+            await self._materialized(first_rv - 1)
             await self._rebuild(before=first_rv)
         totals: dict[aggregate.CountKey, int] = {}
         # The counts are as of the last change applied: rows written before a
@@ -117,7 +116,10 @@ class Aggregator:
 
     async def _materialized(self, rv: int) -> None:
         """Until ClickHouse holds every change up to ``rv`` (the materializer
-        reads the log on its own, and may be behind this agent)."""
+        reads the log on its own, and may be behind this agent). No change has
+        a version up to an empty store's: those it holds from the start."""
+        if rv <= EMPTY_RESOURCE_VERSION:
+            return
         while await self._store.watermark() < rv:
             await asyncio.sleep(0.1)
 
