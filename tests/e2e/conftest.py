@@ -36,17 +36,18 @@ class Up:
     """One ``reports-pipeline up`` process."""
 
     def __init__(self, data_dir: Path, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()):
+                 args: tuple[str, ...] = (), *, command: Path = BIN / "reports-pipeline",
+                 inherit: bool = True, cwd: Path | None = None):
         self.data_dir = data_dir
         self.kubeconfig = data_dir / "kubeconfig"
         inherited = {k: v for k, v in os.environ.items()
-                     if k not in ("KAFKA_BOOTSTRAP", "CLICKHOUSE_URL")}
+                     if k not in ("KAFKA_BOOTSTRAP", "CLICKHOUSE_URL")} if inherit else {}
         env = {**inherited, "REPORTS_TOPIC_PREFIX": "e2e", **(env or {})}
         # A session of its own: its process group is `up` and its broker.
         self.proc = subprocess.Popen(
-            [str(BIN / "reports-pipeline"), "up", "--data-dir", str(data_dir), *args],
+            [str(command), "up", "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-            start_new_session=True)
+            start_new_session=True, cwd=cwd)
         self.lines: Queue[str] = Queue()
         self.output: list[str] = []
         self._pumping = threading.Thread(target=self._pump, daemon=True)

@@ -1,15 +1,16 @@
 """The container image builds from what its Dockerfile copies, and the command
 it installs runs. No Docker engine: the wheel is built from exactly the files
-the build stage copies, as ``pip wheel`` in that stage would, and installed in
-a fresh virtual environment."""
+the build stage copies, with the wheels of its dependencies, as ``pip wheel``
+in that stage would, and installed alone in a fresh virtual environment as the
+run stage does."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -40,33 +41,38 @@ def test_the_wheel_built_from_the_dockerfiles_files_runs(tmp_path: Path) -> None
                             ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(ROOT / source, target)
+    # the build stage: the project's wheel and the wheels of everything it needs
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--wheel-dir", str(wheels), str(context)],
-                   check=True, cwd=tmp_path)
-    [wheel] = wheels.glob("reports_pipeline-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheels),
+                    str(context)], check=True, cwd=tmp_path, timeout=600)
+    assert len(list(wheels.glob("reports_pipeline-*.whl"))) == 1
 
-    # A fresh environment with the wheel; its dependencies are those of the
-    # test environment (appended after its own site-packages, so the wheel's
-    # modules win over the work tree's editable install).
+    # the run stage: a fresh environment with those wheels alone (no index, no
+    # test environment), then the image's ENTRYPOINT with its CMD
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print("
-                                "sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--no-deps", str(wheel)], check=True, cwd=tmp_path)
-
-    where = subprocess.run([str(python), "-c", "import launcher, bench; print(launcher.__file__,"
-                            " bench.__file__)"], check=True, capture_output=True, text=True,
-                           cwd=tmp_path).stdout
-    assert str(ROOT) not in where, where
-    helped = subprocess.run([str(venv / "bin" / "reports-pipeline"), "--help"],
-                            capture_output=True, text=True, cwd=tmp_path)
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links",
+                    str(wheels), "reports-pipeline"], check=True, cwd=tmp_path, env=env,
+                   timeout=600)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [entrypoint] = json.loads(re.search(r"^ENTRYPOINT (.*)$", dockerfile, re.M)[1])
+    cmd = json.loads(re.search(r"^CMD (.*)$", dockerfile, re.M)[1])
+    helped = subprocess.run([entrypoint, *cmd], capture_output=True, text=True, cwd=tmp_path,
+                            env=env)
     assert helped.returncode == 0, helped.stderr
     assert "up" in helped.stdout and "bench" in helped.stdout
+    # every runtime module imports from the installed wheel alone
+    modules = sorted({".".join(p.relative_to(ROOT).with_suffix("").parts)
+                      for package in ("apiserver", "pipeline", "launcher", "bench", "dashboard")
+                      for p in (ROOT / package).rglob("*.py") if p.name != "__init__.py"})
+    where = subprocess.run([str(python), "-c", "import importlib, sys\n"
+                            "for m in sys.argv[1:]: importlib.import_module(m)\n"
+                            "import launcher; print(launcher.__file__)", *modules],
+                           capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert where.returncode == 0, where.stderr
+    assert str(ROOT) not in where.stdout, where.stdout
 
 
 def test_the_image_name_and_tag_agree_everywhere() -> None:
