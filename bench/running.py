@@ -49,6 +49,9 @@ class RunningSystem:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
         except (TimeoutError, SystemFailed):
             await self.stop()
+            said = [line.strip() for line in self.output if line.strip()]
+            if len(said) == 1 and said[0].startswith("reports-pipeline up:"):
+                raise SystemFailed(said[0]) from None  # a mistake `up` explained
             raise SystemFailed("reports-pipeline up did not become ready:\n"
                                + "".join(self.output[-40:])) from None
 

@@ -7,6 +7,7 @@ commands:
   worker  only the committer and the Faust agents (production: scaled on their own)
   serve   only the frontend (production: behind the kube-apiserver aggregator)
   trends  failing results per namespace and policy over time, as a table and a chart
+  dashboard  the trends as web pages
   bench   the benchmark: Kyverno-shaped traffic against a fresh `up`, and the
           analytics questions against a PostgreSQL JSONB baseline
 
@@ -417,11 +418,20 @@ def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
     except (ValueError, OSError, RuntimeError) as err:
         print(f"reports-pipeline dashboard: {err}", file=sys.stderr)
         return 1
-    host, bound = sock.getsockname()[:2]
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    print(f"Dashboard: http://{shown}:{bound}/?token={token}", flush=True)
-    print("Stop with Ctrl-C (SIGTERM).", flush=True)
-    _serve(serve_dashboard(source, sock, token=token))
+
+    async def checked() -> None:
+        # what it reads answers before its address is given out
+        await source.check()
+        host, bound = sock.getsockname()[:2]
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        print(f"Dashboard: http://{shown}:{bound}/?token={token}", flush=True)
+        print("Stop with Ctrl-C (SIGTERM).", flush=True)
+        await serve_dashboard(source, sock, token=token)
+    try:
+        _serve(checked())
+    except (ValueError, OSError, RuntimeError) as err:
+        print(f"reports-pipeline dashboard: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

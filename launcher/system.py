@@ -306,14 +306,15 @@ async def run(settings: Settings, options: ServeOptions) -> None:
                                         lifespan="off"))
         health.task = asyncio.create_task(probes.serve(sockets=[options.health_sock]),
                                           name="health")
+    whole = options.worker and options.frontend  # `up`, which can run its own
     try:
         await system.start()
     except kafka.Unreachable as err:
-        raise StartupError(f"{err}; check KAFKA_BOOTSTRAP (unset it and `up` runs its own"
-                           " broker)") from err
+        raise StartupError(f"{err}; check KAFKA_BOOTSTRAP" + (
+            " (unset it and `up` runs its own broker)" if whole else "")) from err
     except StoreError as err:
-        raise StartupError(f"{err}; check CLICKHOUSE_URL (unset it and `up` uses the"
-                           " embedded chDB)") from err
+        raise StartupError(f"{err}; check CLICKHOUSE_URL" + (
+            " (unset it and `up` uses the embedded chDB)" if whole else "")) from err
     except BrokerError as err:
         raise StartupError(str(err)) from err
     try:

@@ -42,6 +42,9 @@ def parse_duration(text: str) -> int:
 
 
 class Analytics(Protocol):
+    async def check(self) -> None:
+        """Raise an error saying what to do unless the trend tables can be read."""
+
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]: ...
 
     async def aclose(self) -> None: ...
@@ -52,6 +55,9 @@ class ServerAnalytics:
 
     def __init__(self, settings: Settings, threads: int = 1):
         self._store = ReportStore(settings, threads=threads)
+
+    async def check(self) -> None:
+        await self._store.check_analytics()
 
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]:
         return await self._store.analytics(sql, parameters)
@@ -76,7 +82,11 @@ class RunningSystem:
         # the name the serving certificate carries, when not the address
         self._extensions = ({"sni_hostname": cluster["tls-server-name"]}
                             if cluster.get("tls-server-name") else {})
+        self._data_dir = data_dir
         self._client: httpx.AsyncClient | None = None
+
+    async def check(self) -> None:
+        await self.query("SELECT 1 FROM policy_windows LIMIT 1", {})
 
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]:
         if self._client is None:  # one connection for every query
@@ -89,8 +99,9 @@ class RunningSystem:
                                                json={"query": sql, "parameters": parameters},
                                                extensions=self._extensions)
         except httpx.TransportError as err:
-            raise ConnectionError(f"cannot reach the running system at {self._server}:"
-                                  f" {err}") from err
+            raise ConnectionError(f"nothing answers at {self._server} ({err}): is"
+                                  f" `reports-pipeline up --data-dir {self._data_dir}`"
+                                  " running?") from err
         body = response.json()
         if response.status_code != 200:
             raise RuntimeError(body.get("message", response.text))
@@ -99,6 +110,7 @@ class RunningSystem:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+            self._client = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +198,11 @@ async def fetch(source: Analytics, query: TrendQuery, now: float | None = None
 
 async def run_trends(source: Analytics, query: TrendQuery, *, chart: Path | None = None,
                      top: int = 10, rank: str = "count") -> str:
+    try:
+        await source.check()
+    except BaseException:
+        await source.aclose()
+        raise
     span, data = await fetch(source, query)
     if chart is not None:
         await asyncio.to_thread(render_chart, span, data, chart, top=top, rank=rank)

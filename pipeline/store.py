@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import clickhouse_connect
 import orjson
 from clickhouse_connect.driver.client import Client
-from clickhouse_connect.driver.exceptions import ClickHouseError
+from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
 
 from pipeline import metrics, objects, rows
 from pipeline.commit import Current
@@ -78,6 +78,9 @@ def _analytics_error(err: Exception, settings: Settings) -> QueryError:
                           " (REPORTS_ANALYTICS_MAX_MEMORY_MB)")
     if "QUERY_WAS_CANCELLED" in text:
         return QueryError("the query was cancelled")
+    if isinstance(err, OperationalError):  # the server, not the query
+        where = redacted(settings.clickhouse_url) or "the embedded ClickHouse"
+        return QueryError(f"ClickHouse at {where} cannot be used: {_reason(err)}")
     return QueryError(text)
 
 
@@ -236,17 +239,44 @@ class ReportStore:
         marked = f"/* analytics:{tag} */ {sql}" if tag else sql
 
         def query() -> tuple[list[str], list[tuple[Any, ...]]]:
-            client = getattr(self._local, "readonly", None)
-            if client is None:
-                client = self._local.readonly = self._connect(self._settings.database,
-                                                              readonly=True)
             try:
+                client = getattr(self._local, "readonly", None)
+                if client is None:
+                    client = self._local.readonly = self._connect(self._settings.database,
+                                                                  readonly=True)
                 with metrics.CLICKHOUSE_SECONDS.labels("analytics").time():
                     result = client.query(marked, parameters=parameters or {})
             except ClickHouseError as err:
                 raise _analytics_error(err, self._settings) from err
             return list(result.column_names), [tuple(r) for r in result.result_rows]
         return await asyncio.get_running_loop().run_in_executor(self._analytics_pool, query)
+
+    async def check_analytics(self, table: str = "policy_windows") -> None:
+        """Raise StoreError, saying what to do, unless an analyst's session can
+        read ``table`` (a trend table the worker keeps)."""
+        where = redacted(self._settings.clickhouse_url) or "the embedded ClickHouse"
+        database = self._settings.database
+
+        def probe() -> None:
+            try:
+                with quiet("clickhouse_connect", "urllib3"):
+                    client = self._connect(None, readonly=True)
+                found = client.query(
+                        "SELECT (SELECT count() FROM system.databases WHERE name = {db:String}),"
+                    " (SELECT count() FROM system.tables WHERE database = {db:String}"
+                    " AND name = {table:String})",
+                    parameters={"db": database, "table": table}).result_rows
+            except ClickHouseError as err:
+                raise StoreError(f"ClickHouse at {where} cannot be used: {_reason(err)};"
+                                 " check CLICKHOUSE_URL") from err
+            [(databases, tables)] = found
+            if not databases:
+                raise StoreError(f"ClickHouse at {where} has no database {database!r}; check"
+                                 " REPORTS_DATABASE (a worker against this server makes it)")
+            if not tables:
+                raise StoreError(f"ClickHouse at {where} has no table {database}.{table};"
+                                 " start a worker against this server first (it makes it)")
+        await asyncio.get_running_loop().run_in_executor(self._analytics_pool, probe)
 
     async def cancel_analytics(self, tag: str) -> None:
         """Stop the analytics query ``tag`` (its client went away)."""

@@ -17,7 +17,7 @@ import pytest
 
 from launcher.cli import _parser, main
 
-COMMANDS = ("up", "worker", "serve", "trends", "bench")
+COMMANDS = ("up", "worker", "serve", "trends", "dashboard", "bench")
 
 
 def one_line(text: str) -> str:
@@ -155,3 +155,85 @@ def test_the_top_level_help_names_every_command(capsys: pytest.CaptureFixture[st
     assert "``" not in text
     for command in COMMANDS:
         assert f"\n  {command} " in text
+
+
+UNREACHABLE_CLICKHOUSE = "http://reports:secret@127.0.0.1:1"
+REFUSED = ("ClickHouse at http://reports:***@127.0.0.1:1 cannot be used: Connection refused;"
+           " check CLICKHOUSE_URL")
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_server_process_without_clickhouse(command: str, tmp_path: Path) -> None:
+    done, _ = run_cli(command, "--data-dir", str(tmp_path), *(
+        ("--port", "0") if command == "serve" else ()),
+        env={"KAFKA_BOOTSTRAP": "127.0.0.1:1", "CLICKHOUSE_URL": UNREACHABLE_CLICKHOUSE})
+    assert done.returncode == 1
+    assert one_line(done.stderr) == f"reports-pipeline {command}: {REFUSED}"
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_server_process_without_kafka(command: str, tmp_path: Path) -> None:
+    # chDB stands in for the ClickHouse server, so Kafka is what is missing
+    done, _ = run_cli(command, "--data-dir", str(tmp_path / "d"), *(
+        ("--port", "0") if command == "serve" else ()),
+        env={"KAFKA_BOOTSTRAP": "127.0.0.1:1",
+             "CLICKHOUSE_URL": f"chdb://{tmp_path / 'clickhouse'}"})
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (f"reports-pipeline {command}: no Kafka broker answers at"
+                                     " 127.0.0.1:1; check KAFKA_BOOTSTRAP")
+
+
+@pytest.mark.parametrize("command", ["trends", "dashboard"])
+def test_a_reader_without_clickhouse(command: str) -> None:
+    done, _ = run_cli(command, *(("--port", "0") if command == "dashboard" else ()),
+                      env={"CLICKHOUSE_URL": UNREACHABLE_CLICKHOUSE})
+    assert done.returncode == 1
+    assert one_line(done.stderr) == f"reports-pipeline {command}: {REFUSED}"
+
+
+@pytest.mark.parametrize("command", ["trends", "dashboard"])
+def test_a_reader_of_a_clickhouse_without_the_database(command: str, tmp_path: Path) -> None:
+    done, _ = run_cli(command, *(("--port", "0") if command == "dashboard" else ()),
+                      env={"CLICKHOUSE_URL": f"chdb://{tmp_path}", "REPORTS_DATABASE": "nowhere"})
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (
+        f"reports-pipeline {command}: ClickHouse at chdb://{tmp_path} has no database"
+        " 'nowhere'; check REPORTS_DATABASE (a worker against this server makes it)")
+
+
+@pytest.mark.parametrize("command", ["trends", "dashboard"])
+def test_a_reader_of_an_up_that_is_not_running(command: str, tmp_path: Path,
+                                               busy_port: int) -> None:
+    # the kubeconfig a stopped `up` leaves behind
+    (tmp_path / "kubeconfig").write_text(
+        "clusters:\n- cluster: {server: 'https://127.0.0.1:1',"
+        " certificate-authority-data: ''}\nusers:\n- user: {token: t}\n")
+    done, _ = run_cli(command, "--data-dir", str(tmp_path),
+                      *(("--port", "0") if command == "dashboard" else ()))
+    assert done.returncode == 1
+    line = one_line(done.stderr)
+    assert line.startswith(f"reports-pipeline {command}: nothing answers at https://127.0.0.1:1")
+    assert line.endswith(f"is `reports-pipeline up --data-dir {tmp_path}` running?")
+
+
+@pytest.mark.parametrize("command", ["trends", "dashboard"])
+def test_a_reader_without_a_source(command: str) -> None:
+    done, _ = run_cli(command)
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (f"reports-pipeline {command}: give --data-dir of a running"
+                                     " `up`, or set CLICKHOUSE_URL")
+
+
+def test_a_bench_on_a_data_dir_that_cannot_be_made(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    done, _ = run_cli("bench", "--quick", "--data-dir", str(tmp_path / "file" / "d"))
+    assert done.returncode == 1
+    line = one_line(done.stderr)
+    assert line.startswith("reports-pipeline bench: ") and "Not a directory" in line, line
+
+
+def test_a_bench_with_a_mix_it_does_not_know() -> None:
+    done, _ = run_cli("bench", "--mix", "admission=1,fishing=2")
+    assert done.returncode == 1
+    assert one_line(done.stderr) == ("reports-pipeline bench: bad mix entry 'fishing=2': use"
+                                     " admission=N,background=N,read=N")
