@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from apiserver.errors import BadRequest, Timeout, Unavailable
-from pipeline.store import AnalyticsTimeout, QueryError, ReportStore, StoreError
+from pipeline.clickhouse.store import AnalyticsTimeout, QueryError, ReportStore, StoreError
 
 PATH = "/analytics/v1/query"
 #: how often a running query checks that its client is still there

@@ -48,9 +48,9 @@ from apiserver.instrumentation import Instrumented
 from apiserver.responses import error_response, json_response, metrics_page
 from apiserver.selectors import parse_field_selector, parse_label_selector
 from apiserver.service import Item, ListQuery, ListResult, ReportService, Written, as_json
-from pipeline.resources import ResourceType, by_path
+from pipeline.clickhouse.store import ReportStore
+from pipeline.model.resources import ResourceType, by_path
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

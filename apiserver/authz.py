@@ -20,7 +20,7 @@ from apiserver.authn import PUBLIC, ReviewUnavailable, UserInfo
 from apiserver.errors import ApiError, Unavailable
 from apiserver.requestinfo import Attributes, request_info
 from apiserver.responses import error_response
-from pipeline import metrics
+from pipeline.observe import metrics
 
 
 class Forbidden(ApiError):

@@ -23,13 +23,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from apiserver.errors import Unavailable
-from pipeline import kafka, metrics
-from pipeline.commit import EMPTY_RESOURCE_VERSION
-from pipeline.messages import Change
-from pipeline.objects import identity
+from pipeline.clickhouse.store import ReportStore
+from pipeline.kafka import client as kafka
+from pipeline.model.messages import Change
+from pipeline.model.objects import identity
+from pipeline.model.versions import EMPTY_RESOURCE_VERSION
+from pipeline.observe import metrics
+from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
-from pipeline.tasks import cancel
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]

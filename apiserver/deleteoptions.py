@@ -14,7 +14,7 @@ from typing import Any
 
 from apiserver.errors import BadRequest, cause, invalid
 from apiserver.schema import json_type
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 
 JSON = dict[str, Any]
 POLICIES = ("Foreground", "Background", "Orphan")

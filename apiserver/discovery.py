@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.resources import RESOURCES, ResourceType, groups
+from pipeline.model.resources import RESOURCES, ResourceType, groups
 
 JSON = dict[str, Any]
 

@@ -11,7 +11,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from apiserver.requestinfo import request_info
-from pipeline import metrics
+from pipeline.observe import metrics
 
 
 class Instrumented:

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.resources import RESOURCES, ResourceType
+from pipeline.model.resources import RESOURCES, ResourceType
 
 JSON = dict[str, Any]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
@@ -291,7 +291,7 @@ def v3_index() -> bytes:
 
 @cache
 def _resolved(rtype_id: str) -> JSON:
-    from pipeline.resources import by_id
+    from pipeline.model.resources import by_id
 
     r = by_id(rtype_id)
     schemas = _schemas([r], True)

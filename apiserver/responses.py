@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from apiserver.errors import ApiError
-from pipeline import metrics
+from pipeline.observe import metrics
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None

@@ -18,7 +18,7 @@ import orjson
 
 from apiserver import openapi
 from apiserver.errors import cause
-from pipeline.resources import ResourceType, by_id
+from pipeline.model.resources import ResourceType, by_id
 
 JSON = dict[str, Any]
 

@@ -16,9 +16,9 @@ from apiserver.changelog import Cached, ChangeLog, Expired
 from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, Timeout, Unavailable
 from apiserver.selectors import FieldSelector, LabelSelector
 from apiserver.writes import Writer
-from pipeline import metrics
-from pipeline.resources import ResourceType
-from pipeline.store import ReportStore, StoredObject, StoreError
+from pipeline.clickhouse.store import ReportStore, StoredObject, StoreError
+from pipeline.model.resources import ResourceType
+from pipeline.observe import metrics
 
 JSON = dict[str, Any]
 #: what a write answers: the object, or its change as the change log holds it

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline import objects
-from pipeline.resources import ResourceType
-from pipeline.rows import parse_time
+from pipeline.clickhouse.rows import parse_time
+from pipeline.model import objects
+from pipeline.model.resources import ResourceType
 
 JSON = dict[str, Any]
 

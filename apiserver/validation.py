@@ -10,8 +10,8 @@ import orjson
 from apiserver import schema
 from apiserver.errors import BadRequest, cause, invalid
 from apiserver.selectors import label_key_errors, label_value_errors
-from pipeline import objects
-from pipeline.resources import ResourceType
+from pipeline.model import objects
+from pipeline.model.resources import ResourceType
 
 JSON = dict[str, Any]
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"

@@ -11,12 +11,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from apiserver.errors import FromStatus, Timeout, Unavailable
-from pipeline import kafka
-from pipeline.messages import DecodeError, Reply, WriteRequest
-from pipeline.objects import object_key
+from pipeline.kafka import client as kafka
+from pipeline.model.messages import DecodeError, Reply, WriteRequest
+from pipeline.model.objects import object_key
+from pipeline.model.topics import PARTITION
+from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
-from pipeline.tasks import cancel
-from pipeline.topics import PARTITION
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from bench.postgres import Postgres
 from bench.workload import JSON, Resource, policy_report, random_failing
 from dashboard import filters, views
 from dashboard.filters import Filters
-from pipeline import aggregate
-from pipeline.messages import Change
+from pipeline.aggregate import counts as aggregate
+from pipeline.clickhouse.store import ReportStore
+from pipeline.model.messages import Change
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
 
 #: Policies given high severity in the generated data, so the "top resources
 #: with high or critical failures" question has something to find.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from pipeline.processes import die_with_parent
+from pipeline.runtime.processes import die_with_parent
 
 
 class SystemFailed(RuntimeError):

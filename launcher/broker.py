@@ -33,8 +33,8 @@ from pathlib import Path
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from pipeline.processes import die_with_parent
-from pipeline.topics import MAX_MESSAGE_BYTES
+from pipeline.model.topics import MAX_MESSAGE_BYTES
+from pipeline.runtime.processes import die_with_parent
 
 log = logging.getLogger(__name__)
 POM = "kafka-broker.pom.xml"

@@ -8,6 +8,7 @@ commands:
   serve   only the frontend (production: behind the kube-apiserver aggregator)
   trends  failing results per namespace and policy over time, as a table and a chart
   dashboard  the trends as web pages
+  demo    `up` on a fresh data directory given weeks of Kyverno-shaped history
   bench   the benchmark: Kyverno-shaped traffic against a fresh `up`, and the
           analytics questions against a PostgreSQL JSONB baseline
 
@@ -41,6 +42,8 @@ from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
 from bench.runner import write_json
 from bench.workload import Mix, ephemeral_report, policy_report, resources
+from launcher import demo
+from launcher.broker import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.incluster import Cluster, ClusterError
 from launcher.system import (
@@ -59,8 +62,8 @@ from launcher.trends import (
     parse_duration,
     run_trends,
 )
-from pipeline import memory
-from pipeline.resources import by_id
+from pipeline.model.resources import by_id
+from pipeline.runtime import memory
 from pipeline.settings import Settings
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -302,6 +305,24 @@ def _parser() -> argparse.ArgumentParser:
                       help="address to listen on (0.0.0.0: every interface)")
     dash.add_argument("--port", type=port, default=8080, help="port to listen on (0: any)")
 
+    dem = sub.add_parser(
+        "demo", help="`up` on a fresh data directory, with weeks of history",
+        formatter_class=_Help,
+        description=_about("Give a fresh data directory weeks of history (the PolicyReports"
+        " Kyverno writes for a few teams' Pods: rollouts, failures appearing and being"
+        " fixed, background scans), committed at their times in the past, then run the"
+        " whole system on it as `up` does. The pipeline materializes and aggregates the"
+        " history within a minute of the start: trends, the dashboard and the analytics"
+        " queries show the weeks. Later, `up --data-dir` on the same directory."),
+        epilog=ENV_UP)
+    dem.add_argument("--data-dir", type=Path, required=True,
+                     help="a new directory (as `up --data-dir`)")
+    dem.add_argument("--days", type=positive, default=28, help="days of history")
+    dem.add_argument("--seed", type=int, default=1, help="random seed of the history")
+    dem.add_argument("--host", default="127.0.0.1",
+                     help="address the frontend listens on (0.0.0.0: every interface)")
+    dem.add_argument("--port", type=port, default=0, help="frontend port (0: any free one)")
+
     bench = sub.add_parser(
         "bench", help="measure the system (throughput, latency, soak, analytics)",
         formatter_class=_Help,
@@ -347,6 +368,12 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         options = replace(options, **overrides)
         Mix.parse(options.mix)
+        if args.data_dir is not None:
+            try:
+                args.data_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise OSError(f"cannot use --data-dir {args.data_dir}:"
+                              f" {err.strerror or err}") from err
         report = asyncio.run(bench_run(options, progress=lambda m: print(f"-- {m}", flush=True)))
     except (ValueError, OSError, RuntimeError) as err:
         print(f"reports-pipeline bench: {err}", file=sys.stderr)
@@ -451,6 +478,10 @@ def _serve(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -467,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         return _bench(args)
     if args.command == "dashboard":
         return _dashboard(args, settings)
-    if args.command != "up" and not (settings.kafka_bootstrap and settings.clickhouse_url):
+    if args.command not in ("up", "demo") and not (settings.kafka_bootstrap
+                                                    and settings.clickhouse_url):
         parser.exit(2, f"reports-pipeline {args.command}: needs KAFKA_BOOTSTRAP and"
                        " CLICKHOUSE_URL (use `up` for the embedded defaults)\n")
     memory.limit_arenas(settings.malloc_arenas)  # before any thread allocates
@@ -491,11 +523,20 @@ def main(argv: list[str] | None = None) -> int:
             _serve(run(settings, options))
             return 0
         with data_dir_lock(args.data_dir):
+            if args.command == "demo":
+                written = asyncio.run(demo.write(settings, args.data_dir, days=args.days,
+                                                 seed=args.seed, progress=_say))
+                _say(f"history written: {written.changes} changes from"
+                     f" {written.first:%Y-%m-%d %H:%M} to {written.last:%Y-%m-%d %H:%M} UTC;"
+                     f" {written.reports} PolicyReports now, {written.failing} failing"
+                     " results")
+                _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock)))
+                return 0
             _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock,
                                               **_tls_options(parser, args),
                                               **_access_options(args))))
         return 0
-    except (StartupError, AlreadyRunning, ClusterError) as err:
+    except (StartupError, AlreadyRunning, ClusterError, demo.DemoError, BrokerError) as err:
         print(f"reports-pipeline {args.command}: {err}", file=sys.stderr)
         return 1
 

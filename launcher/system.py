@@ -44,13 +44,15 @@ from apiserver.writes import Writer
 from launcher.broker import BrokerError, KafkaBroker
 from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
 from launcher.kubeapi import Reviews, endpoint
-from pipeline import kafka, memory, metrics
-from pipeline.committing import CommitService
-from pipeline.lag import LagMonitor
-from pipeline.materializer import Materializer
+from pipeline.clickhouse.store import ReportStore, StoreError, redacted
+from pipeline.commit.service import CommitService
+from pipeline.kafka import client as kafka
+from pipeline.materialize.consumer import Materializer
+from pipeline.observe import metrics
+from pipeline.observe.lag import LagMonitor
+from pipeline.runtime import memory
+from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
-from pipeline.store import ReportStore, StoreError, redacted
-from pipeline.tasks import cancel
 from pipeline.worker import build_app, build_committer
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from dashboard import charts, filters
 from dashboard.filters import Filters, Span
 from dashboard.pages import stamp
 from dashboard.series import Series, build, ranked
+from pipeline.clickhouse.store import ReportStore
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
 
 Rows = list[tuple[Any, ...]]
 _DURATION = re.compile(r"^(\d+)([smhd])$")

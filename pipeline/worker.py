@@ -3,8 +3,8 @@
 - ``aggregate`` keeps exact counts per namespace and policy and windows of
   activity, published to the public topics and ClickHouse's trend tables.
 
-The committer (``pipeline.committing``) and the materializer
-(``pipeline.materializer``) run beside them in the same worker process, each
+The committer (``pipeline.commit.service``) and the materializer
+(``pipeline.materialize.consumer``) run beside them in the same worker process, each
 on a consumer of its own: the committer needs a Kafka transaction per batch,
 and the materializer keeps its position in ClickHouse, beside what it wrote,
 which Faust's agents do not give.
@@ -22,13 +22,13 @@ from typing import Any, cast
 
 import faust
 
-from pipeline import kafka
-from pipeline.aggregator import Aggregator, Topics
-from pipeline.committer import Committer
-from pipeline.messages import Change
+from pipeline.aggregate.agent import Aggregator, Topics
+from pipeline.clickhouse.store import ReportStore
+from pipeline.commit.state import Committer
+from pipeline.kafka import client as kafka
+from pipeline.model.messages import Change
+from pipeline.model.topics import PARTITION
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
-from pipeline.topics import PARTITION
 
 log = logging.getLogger(__name__)
 #: Every current count is published again this often (the summaries topic

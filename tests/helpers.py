@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.resources import ResourceType
+from pipeline.model.resources import ResourceType
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bench" / "data" / "pss-restricted-report.yaml"
 

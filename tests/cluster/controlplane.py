@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from apiserver.tls import subject_alternative_name
-from pipeline.processes import die_with_parent
+from pipeline.runtime.processes import die_with_parent
 from tests.e2e.conftest import kubectl_binary
 
 API_ADDRESS = "10.200.0.2"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.cluster.conftest import GROUP_VERSIONS, Cluster, Kubectl, System
 from tests.cluster.controlplane import kubeconfig, wait_until
 from tests.e2e.test_readme import blocks, commands, section

@@ -37,7 +37,7 @@ class Up:
 
     def __init__(self, data_dir: Path, env: dict[str, str] | None = None,
                  args: tuple[str, ...] = (), *, command: Path = BIN / "reports-pipeline",
-                 inherit: bool = True, cwd: Path | None = None):
+                 inherit: bool = True, cwd: Path | None = None, verb: str = "up"):
         self.data_dir = data_dir
         self.kubeconfig = data_dir / "kubeconfig"
         inherited = {k: v for k, v in os.environ.items()
@@ -45,7 +45,7 @@ class Up:
         env = {**inherited, "REPORTS_TOPIC_PREFIX": "e2e", **(env or {})}
         # A session of its own: its process group is `up` and its broker.
         self.proc = subprocess.Popen(
-            [str(command), "up", "--data-dir", str(data_dir), *args],
+            [str(command), verb, "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
             start_new_session=True, cwd=cwd)
         self.lines: Queue[str] = Queue()

@@ -25,7 +25,7 @@ from playwright.sync_api import sync_playwright
 
 from dashboard import filters
 from dashboard.filters import Filters, Span
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import BIN, Kubectl, Up
 from tests.helpers import report
 

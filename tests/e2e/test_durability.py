@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import Up, client_for
 from tests.helpers import collection_path, report
 

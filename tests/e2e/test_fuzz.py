@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.resources import RESOURCES, groups
+from pipeline.model.resources import RESOURCES, groups
 from tests.e2e.conftest import BIN, Kubectl, Up
 from tests.helpers import collection_path, report
 

@@ -17,10 +17,10 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
 from launcher.broker import KafkaBroker
-from pipeline import kafka
-from pipeline.resources import RESOURCES
+from pipeline.kafka import client as kafka
+from pipeline.kafka.transactions import Transactions
+from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
-from pipeline.transactions import Transactions
 from tests.e2e.conftest import Up, client_for
 from tests.helpers import collection_path, report
 

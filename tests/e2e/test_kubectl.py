@@ -10,7 +10,7 @@ import psutil
 import pytest
 import yaml
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import BIN, Kubectl
 from tests.helpers import report
 

@@ -12,7 +12,7 @@ from queue import Empty, Queue
 import pytest
 import yaml
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import Kubectl
 from tests.helpers import report
 

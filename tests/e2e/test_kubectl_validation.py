@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import Kubectl, Up
 from tests.helpers import report
 

@@ -20,8 +20,9 @@ import pytest
 from aiokafka import TopicPartition
 
 from launcher.broker import KafkaBroker
-from pipeline import aggregate, kafka
-from pipeline.resources import RESOURCES
+from pipeline.aggregate import counts as aggregate
+from pipeline.kafka import client as kafka
+from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import BIN, Up, client_for
 from tests.helpers import collection_path, report
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.helpers import report
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,7 @@ from cryptography.x509.oid import NameOID
 
 from apiserver.tls import ensure_certificate
 from launcher.system import System, https_config
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from pipeline import aggregate, objects
-from pipeline import kafka as kafka_adapter
-from pipeline.aggregator import Aggregator, Topics
-from pipeline.messages import Change
-from pipeline.resources import RESOURCES
-from pipeline.store import ReportStore
+from pipeline.aggregate import counts as aggregate
+from pipeline.aggregate.agent import Aggregator, Topics
+from pipeline.clickhouse.store import ReportStore
+from pipeline.kafka import client as kafka_adapter
+from pipeline.model import objects
+from pipeline.model.messages import Change
+from pipeline.model.resources import RESOURCES
 from tests.helpers import report
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,9 @@ import pytest
 
 from bench import questions
 from launcher.trends import TrendQuery, run_trends
-from pipeline.resources import RESOURCES
+from pipeline.clickhouse.store import ReportStore
+from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration
@@ -50,6 +50,9 @@ def scored(name: str, ns: str, *, fail: int, severity: str, score: str | None) -
 class Store:
     def __init__(self, running):  # type: ignore[no-untyped-def]
         self.store = running.system.store
+
+    async def check(self) -> None:
+        await self.store.check_analytics()
 
     async def query(self, sql: str, parameters: dict) -> tuple:  # type: ignore[type-arg]
         return await self.store.analytics(sql, parameters)  # type: ignore[no-any-return]

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
 from tests.integration.conftest import serve, watch_until
 

@@ -29,7 +29,7 @@ from apiserver.authn import RequestHeaders
 from apiserver.tls import ensure_certificate
 from launcher.kubeapi import ACCESS_REVIEWS, TOKEN_REVIEWS, Reviews, endpoint
 from launcher.system import System, https_config
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.certs import issue, write
 from tests.helpers import collection_path, report
 

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration

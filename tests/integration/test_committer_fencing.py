@@ -15,13 +15,13 @@ from aiokafka import TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from apiserver.writes import Writer
-from pipeline import kafka
-from pipeline.commit import EMPTY_RESOURCE_VERSION
-from pipeline.committing import CommitService, Fenced
-from pipeline.messages import Change, Reply, WriteRequest
-from pipeline.resources import RESOURCES
+from pipeline.clickhouse.store import ReportStore
+from pipeline.commit.service import CommitService, Fenced
+from pipeline.kafka import client as kafka
+from pipeline.model.messages import Change, Reply, WriteRequest
+from pipeline.model.resources import RESOURCES
+from pipeline.model.versions import EMPTY_RESOURCE_VERSION
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
 from pipeline.worker import build_committer
 from tests.helpers import report
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from pipeline.resources import RESOURCES, ResourceType
+from pipeline.model.resources import RESOURCES, ResourceType
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ import pytest
 
 from dashboard import filters, series
 from dashboard.filters import Filters, Span
+from pipeline.clickhouse.store import ReportStore
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
 
 pytestmark = pytest.mark.integration
 NOW = 1_800_000_000 - 1_800_000_000 % 3600 + 1234

@@ -11,8 +11,10 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 
-from pipeline import aggregate, kafka, objects
-from pipeline.resources import RESOURCES
+from pipeline.aggregate import counts as aggregate
+from pipeline.kafka import client as kafka
+from pipeline.model import objects
+from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from bench.analytics import generate, load
+from pipeline.clickhouse.store import ReportStore
 from pipeline.settings import Settings
-from pipeline.store import ReportStore
 
 pytestmark = pytest.mark.integration
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "policy-reports.json"

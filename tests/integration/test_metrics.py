@@ -10,8 +10,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline import metrics
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
+from pipeline.observe import metrics
 from tests.helpers import collection_path, report
 from tests.integration.conftest import serve, watch_until
 

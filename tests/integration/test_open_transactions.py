@@ -12,9 +12,9 @@ from collections.abc import Callable
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from pipeline import kafka
+from pipeline.kafka import client as kafka
+from pipeline.kafka.transactions import Hanging, Transactions
 from pipeline.settings import Settings
-from pipeline.transactions import Hanging, Transactions
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration

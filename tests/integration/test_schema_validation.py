@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.resources import by_id
+from pipeline.model.resources import by_id
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
-from pipeline import kafka
+from pipeline.kafka import client as kafka
 from pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store import ReportStore
+from pipeline.clickhouse.store import ReportStore
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from pipeline import kafka
-from pipeline.resources import RESOURCES
+from pipeline.kafka import client as kafka
+from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import aggregate
-from pipeline.resources import RESOURCES
+from pipeline.aggregate import counts as aggregate
+from pipeline.model.resources import RESOURCES
 from tests.helpers import report
 
 POLR, CPOLR, EPHR = RESOURCES[0], RESOURCES[1], RESOURCES[2]

@@ -7,7 +7,7 @@ import pytest
 
 from apiserver.changelog import Cached, ChangeLog, Event
 from apiserver.errors import Unavailable
-from pipeline.messages import Change
+from pipeline.model.messages import Change
 from pipeline.settings import Settings
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pipeline.commit import Current, current_after, decide
-from pipeline.messages import WriteRequest
-from pipeline.resources import RESOURCES
+from pipeline.commit.decision import current_after, decide
+from pipeline.model.messages import WriteRequest
+from pipeline.model.resources import RESOURCES
+from pipeline.model.versions import Current
 from tests.helpers import report
 
 POLR = RESOURCES[0]

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from apiserver import discovery, openapi, tables, validation
 from apiserver.app import wants
 from apiserver.errors import BadRequest, Invalid, NotAcceptable
-from pipeline.resources import RESOURCES, by_path
+from pipeline.model.resources import RESOURCES, by_path
 from tests.helpers import report
 
 POLR, EPHR = RESOURCES[0], RESOURCES[2]

@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from pipeline import memory
+from pipeline.runtime import memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")

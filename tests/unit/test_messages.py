@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.messages import Change, Reply, WriteRequest
+from pipeline.model.messages import Change, Reply, WriteRequest
 
 text = st.text(max_size=20)
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**53, 2**53) | text,
@@ -37,7 +37,7 @@ def test_change_round_trip(etype: str, rv: int) -> None:
 def test_the_object_of_an_encoded_change_is_found_without_parsing() -> None:
     import orjson
 
-    from pipeline.messages import Change
+    from pipeline.model.messages import Change
     for etype in ("ADDED", "MODIFIED", "DELETED"):
         obj = {"metadata": {"name": "x", "resourceVersion": "7"}, "results": [{"a": "}"}]}
         raw = Change(etype, obj, 7).encode()  # type: ignore[arg-type]

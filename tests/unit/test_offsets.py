@@ -3,7 +3,7 @@ acknowledged, whatever Faust drops and reads again."""
 
 from __future__ import annotations
 
-from pipeline.offsets import Handed
+from pipeline.kafka.offsets import Handed
 
 
 def handed(offsets: range | list[int], committed: int | None = None) -> Handed:

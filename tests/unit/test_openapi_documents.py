@@ -11,7 +11,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from apiserver import openapi
-from pipeline.resources import RESOURCES
+from pipeline.model.resources import RESOURCES
 
 GROUP_VERSIONS = sorted({(r.group, r.version) for r in RESOURCES})
 

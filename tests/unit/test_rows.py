@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import orjson
 
-from pipeline import rows
-from pipeline.messages import Change
+from pipeline.clickhouse import rows
+from pipeline.model.messages import Change
 
 REPORT = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
           "metadata": {"name": "r", "namespace": "ns", "uid": "u", "resourceVersion": "7",
@@ -33,3 +33,19 @@ def test_a_deletion_is_a_tombstone_without_the_object() -> None:
     assert row[OBJECT] == "{}"
     assert row[1:6] == ["ns", "r", "u", 8, 1]
     assert rows.result_rows(Change("DELETED", REPORT, 8), NOW, "c") == []
+
+
+def test_each_change_keeps_its_own_commit_time() -> None:
+    later = datetime(2026, 11, 26, 9, 30, tzinfo=UTC)
+    changes = [Change("ADDED", REPORT, 7), Change("MODIFIED", REPORT, 9)]
+    reports, results = rows.change_rows(changes, [NOW, later], cluster="c")
+    committed = rows.REPORT_COLUMNS.index("committed")
+    assert [orjson.loads(line)[committed] for line in reports.splitlines()] == [
+        "2026-11-25 10:00:01.000", "2026-11-26 09:30:00.000"]
+    at = rows.RESULT_COLUMNS.index("committed")
+    assert [orjson.loads(line)[at] for line in results.splitlines()] == [
+        "2026-11-25 10:00:01.000", "2026-11-26 09:30:00.000"]
+    # one time for the whole batch, as before
+    reports, _ = rows.change_rows(changes, NOW, cluster="c")
+    assert {orjson.loads(line)[committed] for line in reports.splitlines()} == {
+        "2026-11-25 10:00:01.000"}

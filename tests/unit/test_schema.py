@@ -11,7 +11,7 @@ import pytest
 from apiserver import openapi, schema
 from apiserver.errors import Invalid
 from apiserver.validation import check_object
-from pipeline.resources import RESOURCES, by_id
+from pipeline.model.resources import RESOURCES, by_id
 from tests.helpers import report
 
 POLR = by_id("policyreports.wgpolicyk8s.io")

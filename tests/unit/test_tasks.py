@@ -1,4 +1,4 @@
-"""pipeline.tasks.cancel ends the task and never swallows its caller's
+"""pipeline.runtime.tasks.cancel ends the task and never swallows its caller's
 cancellation."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from pipeline.tasks import cancel
+from pipeline.runtime.tasks import cancel
 
 
 async def test_cancel_ends_the_task() -> None:

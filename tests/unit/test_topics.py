@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pipeline.model.topics import HOUR_MS, specs
 from pipeline.settings import Settings
-from pipeline.topics import HOUR_MS, specs
 
 
 def test_each_topic_has_a_policy_for_its_role() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from aiokafka import TopicPartition
 
-from pipeline import transactions
-from pipeline.transactions import (
+from pipeline.kafka import transactions
+from pipeline.kafka.transactions import (
     ActiveProducer,
     CoordinatorView,
     TransactionAdminError,

@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from pipeline import kafka, metrics
-from pipeline.messages import Change
+from pipeline.clickhouse.store import ReportStore, StoreError
+from pipeline.kafka import client as kafka
+from pipeline.model.messages import Change
+from pipeline.observe import metrics
+from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
-from pipeline.store import ReportStore, StoreError
-from pipeline.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +137,11 @@ class Materializer:
         if not changes:
             return
         last = records[-1]
-        await self._store.write_changes(changes, topic=last.topic, partition=last.partition,
-                                        offset=last.offset, object_json=objects)
+        # each change's commit time is its record's (the committer's
+        # transaction), not this write's: a backlog keeps its history
+        await self._store.write_changes(
+            changes, topic=last.topic, partition=last.partition, offset=last.offset,
+            committed=[datetime.fromtimestamp(s, UTC) for s in stamps], object_json=objects)
         now = time.time()
         for stamp in stamps:
             metrics.COMMIT_TO_CLICKHOUSE_SECONDS.observe(max(0.0, now - stamp))

@@ -25,10 +25,12 @@ import orjson
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
 
-from pipeline import metrics, objects, rows
-from pipeline.commit import Current
-from pipeline.logs import quiet
-from pipeline.messages import Change
+from pipeline.clickhouse import rows
+from pipeline.model import objects
+from pipeline.model.messages import Change
+from pipeline.model.versions import Current, Progress
+from pipeline.observe import metrics
+from pipeline.runtime.logs import quiet
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -92,16 +94,10 @@ class StoredObject:
     raw: str
 
 
-@dataclass(frozen=True)
-class Progress:
-    offset: int
-    resource_version: int
-
-
 def migrations() -> list[tuple[int, str, str]]:
     """(number, name, sql) of every migration shipped with the package, in order."""
     out = []
-    for entry in importlib_resources.files("pipeline.migrations").iterdir():
+    for entry in importlib_resources.files("pipeline.clickhouse.migrations").iterdir():
         if entry.name.endswith(".sql"):
             number = int(entry.name.split("_", 1)[0])
             out.append((number, entry.name, entry.read_text()))
@@ -306,11 +302,14 @@ class ReportStore:
 
     # -- materializing ------------------------------------------------------
     async def write_changes(self, changes: Sequence[Change], *, topic: str, partition: int,
-                            offset: int, committed: datetime | None = None,
+                            offset: int,
+                            committed: datetime | Sequence[datetime] | None = None,
                             object_json: Sequence[bytes | None] | None = None) -> None:
         """Insert a batch of changes, then record progress: the change at
-        ``offset`` of ``topic`` is the last one. Safe to repeat. ``object_json``:
-        each change's object as the log holds it (spares encoding it again)."""
+        ``offset`` of ``topic`` is the last one. Safe to repeat. ``committed``:
+        when the batch, or each change, was committed (default: now).
+        ``object_json``: each change's object as the log holds it (spares
+        encoding it again)."""
         reports, results = rows.change_rows(changes, committed or datetime.now(UTC),
                                             cluster=self._settings.cluster,
                                             object_json=object_json)

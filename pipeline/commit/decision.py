@@ -13,27 +13,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline import objects, resources
-from pipeline.messages import Change, Reply, WriteRequest
+from pipeline.model import objects, resources
+from pipeline.model.messages import Change, Reply, WriteRequest
+from pipeline.model.versions import Current
 
 JSON = dict[str, Any]
 _UID_NAMESPACE = uuid.UUID("6f1c2a8e-5b7d-4c1e-9a55-0d7b3f6e2c91")
-#: The resourceVersion of a store that has never been written, as etcd's first
-#: revision is 1: every list and watch has a real one, never "0" (client-go's
-#: RetryWatcher, which Kyverno's report counters use, refuses "0"). The first
-#: change is one more.
-EMPTY_RESOURCE_VERSION = 1
 _SYSTEM_FIELDS = ("uid", "creationTimestamp", "deletionTimestamp", "generation", "resourceVersion")
-
-
-@dataclass(frozen=True)
-class Current:
-    """What the committer knows of one key: the last committed change."""
-
-    resource_version: int
-    obj: JSON
-    deleted: bool
-    request_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -20,16 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from pipeline import aggregate, objects, resources
-from pipeline.commit import EMPTY_RESOURCE_VERSION
-from pipeline.messages import Change
-from pipeline.store import ReportStore
+from pipeline.aggregate import counts as aggregate
+from pipeline.clickhouse.store import ReportStore
+from pipeline.model import objects, resources
+from pipeline.model.messages import Change
+from pipeline.model.versions import EMPTY_RESOURCE_VERSION
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -166,7 +167,10 @@ class Aggregator:
         # Window increments are summed over the batch and applied once per key:
         # every table update is a changelog record.
         increments: dict[tuple[int, str], int] = {}
-        window_ts: dict[int, float] = {}
+        # The windows the batch's changes fall in (a batch read from a backlog
+        # spans many), each with the counts as of its last change.
+        windows: dict[int, Window] = {}
+        window: Window | None = None
         last_rv = 0
         # each key is written once a batch: every table write is a changelog
         # record, and a report often changes twice in a second (None: deleted)
@@ -180,11 +184,15 @@ class Aggregator:
                 deleted=change.type == "DELETED")
             if outcome is None:
                 continue
+            start = window_start(ts, self._window)
+            if window is None or window.start != start:
+                if window is not None:  # as of its last change, before this one
+                    window.close(self._totals)
+                window = windows.setdefault(start, Window(start))
             last_rv = change.resource_version
             updated[key] = outcome.applied.to_json() if outcome.applied else None
             self._totals = aggregate.add(self._totals, outcome.delta)
-            start = window_start(ts, self._window)
-            window_ts[start] = ts
+            window.ts, window.rv = ts, last_rv
             for (ns, policy), act in outcome.activity.items():
                 for metric, n in zip(METRICS, (act.written, act.new_failures,
                                                act.resolved_failures), strict=True):
@@ -192,11 +200,15 @@ class Aggregator:
                         slot = (start, f"{ns}\x1f{policy}\x1f{metric}")
                         increments[slot] = increments.get(slot, 0) + n
                 touched[(ns, policy)] = ts
+                window.touched[(ns, policy)] = ts
             for (ns, policy, _status) in outcome.delta:
                 touched.setdefault((ns, policy), ts)
+                window.touched.setdefault((ns, policy), ts)
             for t in outcome.transitions:
                 await self._send(self._topics.result_events, self._event_key(t),
                                     self._event(t, change, ts))
+        if window is not None:
+            window.close(self._totals)
         for key, value in updated.items():
             if value is not None:
                 self._contributions[key] = value
@@ -205,12 +217,12 @@ class Aggregator:
         if last_rv:
             self._contributions[LAST_APPLIED] = {"rv": last_rv}
         for (start, name), n in increments.items():
-            self._activity.relative_to(window_ts[start])[name] += n
+            self._activity.relative_to(windows[start].ts)[name] += n
         if touched:
             now = datetime.now(UTC)
             per_policy = aggregate.by_policy(self._totals)
+            await self._emit_windows(windows.values(), now)  # reads the windows first
             await self._emit_counts(touched.keys(), per_policy, last_rv, now)
-            await self._emit_windows(touched, per_policy, last_rv, now)
         await self._delivered()
 
     def _event_key(self, t: aggregate.Transition) -> bytes:
@@ -247,40 +259,62 @@ class Aggregator:
         if rows:
             await self._store.write_policy_counts(rows)
 
-    async def _emit_windows(self, touched: dict[tuple[str, str], float],
-                            per_policy: dict[tuple[str, str], dict[str, int]], rv: int,
-                            now: datetime) -> None:
+    async def _emit_windows(self, windows: Iterable[Window], now: datetime) -> None:
         rows = []
-        for (ns, policy), ts in touched.items():
-            windows = self._activity.relative_to(ts)
-            values = [int(windows[f"{ns}\x1f{policy}\x1f{m}"].value()) for m in METRICS]
-            start = window_start(ts, self._window)
-            counts = per_policy.get((ns, policy), dict.fromkeys(aggregate.STATUSES, 0))
-            rows.append([self._cluster, ns, policy, datetime.fromtimestamp(start, UTC),
-                         datetime.fromtimestamp(start + self._window, UTC), *values,
-                         *(counts[s] for s in aggregate.STATUSES), rv, now])
-            await self._send(
-                self._topics.summaries,
-                "/".join((self._cluster, ns, policy, iso(start))).encode(),
-                orjson.dumps({"kind": "window", "cluster": self._cluster, "namespace": ns,
-                              "policy": policy,
-                              "window": {"start": iso(start), "end": iso(start + self._window)},
-                              "resultsWritten": values[0], "newFailures": values[1],
-                              "resolvedFailures": values[2], "counts": counts,
-                              "resourceVersion": str(rv), "time": iso(now.timestamp())}))
+        totals = []
+        records = []
+        # every value read before anything is awaited: Faust drops expired
+        # windows (a backlog's are) on a timer that runs while this waits
+        for window in windows:
+            activity = self._activity.relative_to(window.ts)
+            end = window.start + self._window
+            for (ns, policy), counts in window.levels.items():
+                values = [int(activity[f"{ns}\x1f{policy}\x1f{m}"].value()) for m in METRICS]
+                rows.append([self._cluster, ns, policy,
+                             datetime.fromtimestamp(window.start, UTC),
+                             datetime.fromtimestamp(end, UTC), *values,
+                             *(counts[s] for s in aggregate.STATUSES), window.rv, now])
+                records.append((
+                    "/".join((self._cluster, ns, policy, iso(window.start))).encode(),
+                    orjson.dumps({"kind": "window", "cluster": self._cluster,
+                                  "namespace": ns, "policy": policy,
+                                  "window": {"start": iso(window.start), "end": iso(end)},
+                                  "resultsWritten": values[0], "newFailures": values[1],
+                                  "resolvedFailures": values[2], "counts": counts,
+                                  "resourceVersion": str(window.rv),
+                                  "time": iso(now.timestamp())})))
+            # the same window for the whole cluster: one row per policy touched
+            for policy, counts in window.cluster_levels.items():
+                totals.append([self._cluster, policy, datetime.fromtimestamp(window.start, UTC),
+                               datetime.fromtimestamp(end, UTC),
+                               *(counts[s] for s in aggregate.STATUSES), window.rv, now])
+        for key, value in records:
+            await self._send(self._topics.summaries, key, value)
         if rows:
             await self._store.write_policy_windows(rows)
-        # The same windows for the whole cluster: one row per policy touched.
-        latest: dict[str, float] = {}
-        for (_, policy), ts in touched.items():
-            latest[policy] = max(ts, latest.get(policy, ts))
-        cluster = aggregate.across_namespaces(self._totals or {})
-        totals = []
-        for policy, ts in latest.items():
-            start = window_start(ts, self._window)
-            counts = cluster.get(policy, dict.fromkeys(aggregate.STATUSES, 0))
-            totals.append([self._cluster, policy, datetime.fromtimestamp(start, UTC),
-                           datetime.fromtimestamp(start + self._window, UTC),
-                           *(counts[s] for s in aggregate.STATUSES), rv, now])
         if totals:
             await self._store.write_policy_totals_windows(totals)
+
+
+@dataclass
+class Window:
+    """One tumbling window a batch's changes fall in: the (namespace, policy)
+    pairs its changes touched, and once closed, their counts (and each
+    touched policy's across namespaces) as of its last change."""
+
+    start: int
+    ts: float = 0.0
+    rv: int = 0
+    touched: dict[tuple[str, str], float] = field(default_factory=dict)
+    levels: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    cluster_levels: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def close(self, totals: dict[aggregate.CountKey, int]) -> None:
+        for ns, policy in self.touched:
+            self.levels[(ns, policy)] = {s: totals.get((ns, policy, s), 0)
+                                         for s in aggregate.STATUSES}
+        policies = {policy for _, policy in self.touched}
+        across = aggregate.across_namespaces(
+            {k: n for k, n in totals.items() if k[1] in policies})
+        for policy in policies:
+            self.cluster_levels[policy] = across.get(policy, dict.fromkeys(aggregate.STATUSES, 0))

@@ -10,7 +10,7 @@ import logging
 from collections import defaultdict
 from typing import Any, cast
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
@@ -19,13 +19,15 @@ from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from pipeline import topics, transactions
-from pipeline.logs import quiet
-from pipeline.messages import REQUEST_ID_HEADER, Change, DecodeError
-from pipeline.offsets import Handed
+from pipeline.kafka import transactions
+from pipeline.kafka.offsets import Handed
+from pipeline.model import topics
+from pipeline.model.messages import REQUEST_ID_HEADER, Change, DecodeError
+from pipeline.model.objects import identity, object_key
+from pipeline.model.topics import MAX_MESSAGE_BYTES
+from pipeline.model.versions import Progress
+from pipeline.runtime.logs import quiet
 from pipeline.settings import Settings
-from pipeline.store import Progress
-from pipeline.topics import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 class ReadCommittedConsumer(faust_aiokafka.Consumer):
     """Faust's consumer, committing an acknowledged topic's offset only past
-    records its agent has processed (``pipeline.offsets``).
+    records its agent has processed (``pipeline.kafka.offsets``).
 
     Faust clears its streams' queues whenever it resumes the flow of records
     (during recovery, after a rebalance), dropping records read but not yet
@@ -271,7 +273,7 @@ class Unreachable(ConnectionError):
 
 
 async def ensure_topics(settings: Settings, bootstrap: str) -> None:
-    """Create the pipeline's topics with their policies (``pipeline.topics``),
+    """Create the pipeline's topics with their policies (``pipeline.model.topics``),
     and bring the policies of existing ones up to date. Each has one
     partition: the change log's order is the resourceVersion order."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -311,6 +313,39 @@ async def _align_configs(admin: AIOKafkaAdminClient, specs: list[topics.TopicSpe
         log.info("updating the policies of topics %s", ", ".join(t.name for t in stale))
         await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t.name, t.config)
                                    for t in stale])
+
+
+async def log_length(settings: Settings, bootstrap: str) -> int:
+    """How many records the change log has ever had (its end offset)."""
+    reader = consumer(bootstrap)
+    await reader.start()
+    try:
+        tp = TopicPartition(settings.changes_topic, 0)
+        return int((await reader.end_offsets([tp]))[tp])
+    finally:
+        await reader.stop()
+
+
+async def append_history(settings: Settings, bootstrap: str,
+                         changes: list[tuple[Change, float]]) -> None:
+    """Append committed changes to an empty change log as the committer
+    would have, each stamped with its own commit time (seconds): the history
+    a demonstration starts from. Only while no committer runs: the
+    committer takes its next resourceVersion from the log when it starts."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
+                                max_request_size=MAX_REQUEST_BYTES, linger_ms=20)
+    await producer.start()
+    try:
+        sent = []
+        for change, ts in changes:
+            sent.append(await producer.send(
+                settings.changes_topic, change.encode(), partition=0,
+                key=object_key(*identity(change.obj)).encode(), timestamp_ms=int(ts * 1000),
+                headers=[(REQUEST_ID_HEADER, change.request_id.encode())]))
+        for ack in sent:
+            await ack
+    finally:
+        await producer.stop()
 
 
 def change_from_record(record: Any) -> Change | None:

@@ -13,17 +13,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from pipeline import objects
-from pipeline.commit import (
-    EMPTY_RESOURCE_VERSION,
-    Current,
+from pipeline.clickhouse.store import ReportStore
+from pipeline.commit.decision import (
     Decision,
     current_after,
     decide,
     dry,
 )
-from pipeline.messages import Change, WriteRequest
-from pipeline.store import ReportStore
+from pipeline.model import objects
+from pipeline.model.messages import Change, WriteRequest
+from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Current
 
 log = logging.getLogger(__name__)
 

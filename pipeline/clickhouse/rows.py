@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from pipeline import objects, resources
-from pipeline.messages import Change
+from pipeline.model import objects, resources
+from pipeline.model.messages import Change
 
 Row = list[Any]
 #: how a row's input format is named to ClickHouse
@@ -122,11 +122,15 @@ def encode(rows: Iterable[Row]) -> bytes:
     return b"\n".join(map(orjson.dumps, rows))
 
 
-def change_rows(changes: Sequence[Change], committed: datetime, *, cluster: str,
-                object_json: Sequence[bytes | None] | None = None) -> tuple[bytes, bytes]:
-    """The encoded ``reports`` and ``results`` rows of a batch of changes."""
+def change_rows(changes: Sequence[Change], committed: datetime | Sequence[datetime], *,
+                cluster: str, object_json: Sequence[bytes | None] | None = None
+                ) -> tuple[bytes, bytes]:
+    """The encoded ``reports`` and ``results`` rows of a batch of changes,
+    committed at one time or each at its own."""
     raws = object_json or [None] * len(changes)
-    reports = encode(row for c, raw in zip(changes, raws, strict=True)
-                     if (row := report_row(c, committed, raw)) is not None)
-    results = encode(row for c in changes for row in result_rows(c, committed, cluster))
+    times = [committed] * len(changes) if isinstance(committed, datetime) else committed
+    reports = encode(row for c, raw, when in zip(changes, raws, times, strict=True)
+                     if (row := report_row(c, when, raw)) is not None)
+    results = encode(row for c, when in zip(changes, times, strict=True)
+                     for row in result_rows(c, when, cluster))
     return reports, results

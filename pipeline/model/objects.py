@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pipeline.resources import ResourceType, by_kind
+from pipeline.model.resources import ResourceType, by_kind
 
 JSON = dict[str, Any]
 

@@ -14,10 +14,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from pipeline import kafka, metrics
+from pipeline.clickhouse.store import ReportStore, StoreError
+from pipeline.kafka import client as kafka
+from pipeline.observe import metrics
+from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
-from pipeline.store import ReportStore, StoreError
-from pipeline.tasks import cancel
 
 log = logging.getLogger(__name__)
 INTERVAL = 5.0

@@ -25,15 +25,16 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
-from pipeline import kafka, metrics
-from pipeline.commit import Decision
-from pipeline.committer import Committer
-from pipeline.messages import REQUEST_ID_HEADER, DecodeError, WriteRequest
-from pipeline.objects import identity, object_key
+from pipeline.commit.decision import Decision
+from pipeline.commit.state import Committer
+from pipeline.kafka import client as kafka
+from pipeline.kafka.transactions import CoordinatorView
+from pipeline.model.messages import REQUEST_ID_HEADER, DecodeError, WriteRequest
+from pipeline.model.objects import identity, object_key
+from pipeline.model.topics import PARTITION
+from pipeline.observe import metrics
+from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
-from pipeline.tasks import cancel
-from pipeline.topics import PARTITION
-from pipeline.transactions import CoordinatorView
 
 log = logging.getLogger(__name__)
 #: Most requests decided in one transaction.

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline import objects, resources
-from pipeline.resources import ResourceType
+from pipeline.model import objects, resources
+from pipeline.model.resources import ResourceType
 
 JSON = dict[str, Any]
 STATUSES = objects.SUMMARY_FIELDS

@@ -1,0 +1,1 @@
+"""Exact counts of results per namespace and policy, and their windows."""

@@ -1,0 +1,2 @@
+"""The ClickHouse adapter (clickhouse-connect, server or embedded chDB) and its
+schema migrations."""

@@ -1,0 +1,1 @@
+"""The change log, in log order, into ClickHouse."""

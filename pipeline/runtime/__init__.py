@@ -1,0 +1,1 @@
+"""Process plumbing: logging, memory, child processes, background tasks."""
