@@ -11,7 +11,14 @@ controller keeps (named by the Pod's uid). Over the weeks:
   or fix some (the team's remediation);
 - in the second week a shared base image brings one failure to many
   Deployments at once; the following weeks fix it team by team;
-- background scans write every report again twice a day, unchanged.
+- background scans write every report again twice a day, unchanged;
+- the monitoring team's node exporter needs the host's namespaces, paths
+  and ports by design: its failures stay.
+
+The cluster's policies rate the Pod Security Standards' Baseline controls
+(host namespaces, ports, paths and processes, privileged containers, added
+capabilities, /proc mounts) high, privileged containers critical, and the
+Restricted profile's own controls medium, as Kyverno's samples do.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ from bench.workload import JSON, Resource, policy_report, sample_results
 TEAMS = ("payments", "checkout", "catalog", "search", "identity", "monitoring")
 APPS = ("api", "web", "worker", "cache", "gateway")
 SCAN_HOURS = 12
+HIGH = ("disallow-capabilities", "disallow-host-namespaces", "disallow-host-path",
+        "disallow-host-ports", "disallow-host-process", "disallow-proc-mount")
+CRITICAL = ("disallow-privileged-containers",)
 
 
 @dataclass(frozen=True)
@@ -59,8 +69,13 @@ def _pod(deploy: _Deployment, rng: random.Random) -> Resource:
     return Resource(deploy.namespace, f"{deploy.name}-{uid[:8]}-{suffix}", uid, deploy.failing)
 
 
+def _severities() -> dict[int, JSON]:
+    return {i: {"severity": "critical" if r["policy"] in CRITICAL else "high"}
+            for i, r in enumerate(sample_results()) if r["policy"] in HIGH + CRITICAL}
+
+
 def _report(pod: Resource, when: datetime) -> JSON:
-    return policy_report(pod, int(when.timestamp()))
+    return policy_report(pod, int(when.timestamp()), extra=_severities())
 
 
 def history(*, days: int, end: datetime, seed: int = 1) -> list[Write]:
@@ -77,6 +92,10 @@ def _writes(*, days: int, end: datetime, seed: int) -> Iterator[Write]:
         _Deployment(team, app, rng.choice((1, 2, 3)),
                     frozenset(rng.sample(range(rules), rng.choice((0, 0, 1, 1, 2, 3)))))
         for team in TEAMS for app in rng.sample(APPS, rng.choice((2, 3, 4)))]
+    exporter = _Deployment("monitoring", "node-exporter", 3, frozenset(
+        _index(p) for p in ("disallow-host-namespaces", "disallow-host-path",
+                            "disallow-host-ports")))
+    deployments.append(exporter)
 
     events: list[tuple[datetime, int, str, _Deployment | None]] = []
     for n, d in enumerate(deployments):
@@ -108,7 +127,9 @@ def _writes(*, days: int, end: datetime, seed: int) -> Iterator[Write]:
         if what == "rollout":
             assert target is not None
             after_regression = when > regression
-            if target.failing and rng.random() < (0.55 if after_regression else 0.3):
+            if target is exporter:
+                pass  # by design
+            elif target.failing and rng.random() < (0.55 if after_regression else 0.3):
                 fixed = rng.sample(sorted(target.failing), rng.randint(1, len(target.failing)))
                 target.failing = target.failing - set(fixed)
             elif rng.random() < 0.25:
@@ -116,7 +137,7 @@ def _writes(*, days: int, end: datetime, seed: int) -> Iterator[Write]:
             yield from roll(target, when)
         elif what == "base-image":
             for i, d in enumerate(deployments):
-                if rng.random() < 0.6:
+                if d is not exporter and rng.random() < 0.6:
                     d.failing = d.failing | {base_image}
                     yield from roll(d, when + timedelta(minutes=i))
         else:
