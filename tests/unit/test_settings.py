@@ -15,3 +15,22 @@ def test_from_env_reads_prefixed_and_plain_variables() -> None:
 def test_database_must_be_an_identifier() -> None:
     with pytest.raises(ValueError):
         Settings.from_env({"REPORTS_DATABASE": "x; DROP"})
+
+
+def test_every_setting_is_documented() -> None:
+    """Each REPORTS_* variable the settings read is in README's Configuration
+    or in docs/design.md's full list."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    named = set(re.findall(r"REPORTS_[A-Z_]+[A-Z]", (root / "pipeline" / "settings.py")
+                           .read_text()))
+    readme = (root / "README.md").read_text()
+    documented = readme[readme.index("\n## Configuration\n"):readme.index("\n## Topics")]
+    documented += (root / "docs" / "design.md").read_text().split("\n## Every setting\n")[1]
+    listed = set(re.findall(r"`(REPORTS_[A-Z_]+[A-Z])`", documented))
+    # `REPORTS_X` / `_Y` rows name two
+    for first, suffix in re.findall(r"`(REPORTS_[A-Z_]+[A-Z])` / `(_[A-Z_]+)`", documented):
+        listed.add(first.rsplit("_", 1)[0] + suffix)
+    assert named - listed == set()
