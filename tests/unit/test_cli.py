@@ -237,3 +237,12 @@ def test_a_bench_with_a_mix_it_does_not_know() -> None:
     assert done.returncode == 1
     assert one_line(done.stderr) == ("reports-pipeline bench: bad mix entry 'fishing=2': use"
                                      " admission=N,background=N,read=N")
+
+
+def test_a_demo_against_servers_of_its_own(tmp_path: Path) -> None:
+    done, _ = run_cli("demo", "--data-dir", str(tmp_path / "d"),
+                      env={"KAFKA_BOOTSTRAP": "127.0.0.1:1"})
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (
+        "reports-pipeline demo: the demo fills the embedded broker and ClickHouse of a data"
+        " directory: unset KAFKA_BOOTSTRAP and CLICKHOUSE_URL")
