@@ -428,21 +428,31 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
                store: ReportStore | None = None, access: Access | None = None) -> ASGIApp:
     handlers = Handlers(service, settings)
 
+    def aggregated_response(request: Request, body: bytes, etag: str) -> Response:
+        # As the kube-apiserver: an ETag, and 304 when the client holds it
+        headers = {"ETag": etag, "Vary": "Accept"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return Response(body, headers=headers, media_type=discovery.AGGREGATED_MEDIA_TYPE)
+
+    def etag_of(body: bytes) -> str:
+        return f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+
+    legacy = orjson.dumps(discovery.aggregated_legacy_discovery())
+    legacy_etag = etag_of(legacy)
+
     async def api(request: Request) -> Response:
-        return json_response(discovery.api_versions())
+        if discovery.wants_aggregated(request.headers.get("accept", "")):
+            return aggregated_response(request, legacy, legacy_etag)
+        return json_response(discovery.api_versions(), headers={"Vary": "Accept"})
 
     aggregated = orjson.dumps(discovery.aggregated_discovery())
-    aggregated_etag = f'"{hashlib.sha256(aggregated).hexdigest()[:32]}"'
+    aggregated_etag = etag_of(aggregated)
 
     async def apis(request: Request) -> Response:
         if not discovery.wants_aggregated(request.headers.get("accept", "")):
             return json_response(discovery.api_group_list(), headers={"Vary": "Accept"})
-        # As the kube-apiserver: an ETag, and 304 when the client holds it
-        headers = {"ETag": aggregated_etag, "Vary": "Accept"}
-        if request.headers.get("if-none-match") == aggregated_etag:
-            return Response(status_code=304, headers=headers)
-        return Response(aggregated, headers=headers,
-                        media_type=discovery.AGGREGATED_MEDIA_TYPE)
+        return aggregated_response(request, aggregated, aggregated_etag)
 
     async def group(request: Request) -> Response:
         body = discovery.api_group(request.path_params["group"])

@@ -73,6 +73,13 @@ def _resource_discovery(r: ResourceType) -> JSON:
             "verbs": VERBS, "shortNames": list(r.short_names)}
 
 
+def aggregated_legacy_discovery() -> JSON:
+    """``/api`` in the aggregated form: no core group is served here, so no
+    item (client-go then needs no request per group version)."""
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+            "metadata": {}, "items": []}
+
+
 def aggregated_discovery() -> JSON:
     """Every served group, version and resource in one APIGroupDiscoveryList."""
     return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",

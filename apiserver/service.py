@@ -28,7 +28,9 @@ Written = JSON | Cached
 def as_json(written: Written) -> JSON:
     return written.obj if isinstance(written, Cached) else written
 PAGE = 500
-PATCH_RETRIES = 5
+#: Attempts of a patch whose object other writers keep changing (kube-apiserver
+#: retries such a patch until it applies).
+PATCH_RETRIES = 64
 
 
 def now_rfc3339() -> str:
@@ -259,13 +261,19 @@ class ReportService:
                 obj = patching.apply(current, patch, manager=manager,
                                      api_version=rtype.api_version)
             obj = validation.check_object(rtype, obj, namespace=namespace or None, name=name)
+            # As kube-apiserver: the patched object keeps the current
+            # resourceVersion unless the patch set another, which is then a
+            # precondition (409 when stale). Without one the patch is applied
+            # to the latest object again whenever another writer came first.
+            latest = current["metadata"]["resourceVersion"]
             given = (obj.get("metadata") or {}).get("resourceVersion")
-            if not given or content_type == patching.APPLY:
-                obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            precondition = bool(given) and given != latest and content_type != patching.APPLY
+            if not precondition:
+                obj["metadata"]["resourceVersion"] = latest
             try:
                 return await self.update(rtype, namespace, name, obj, dry_run=dry_run), False
             except FromStatus as err:
-                if err.code != 409 or given:
+                if err.code != 409 or precondition:
                     raise
         raise Conflict(f'{rtype.plural}.{rtype.group} "{name}": too many concurrent writers;'
                        " try again")

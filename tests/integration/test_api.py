@@ -333,6 +333,19 @@ async def test_discovery_legacy_and_aggregated(api: httpx.AsyncClient) -> None:
                                             "If-None-Match": r.headers["etag"]})
     assert again.status_code == 304 and again.content == b""
 
+    # /api in the form asked for: aggregated (no core group served here, so
+    # client-go asks nothing more of it), or the legacy APIVersions
+    core = await api.get("/api", headers={"Accept": accept})
+    assert core.headers["content-type"] == (
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    assert core.json() == {"kind": "APIGroupDiscoveryList",
+                           "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+                           "items": []}
+    assert (await api.get("/api", headers={"Accept": accept, "If-None-Match":
+                                           core.headers["etag"]})).status_code == 304
+    plain = await api.get("/api", headers={"Accept": "application/json"})
+    assert plain.json()["kind"] == "APIVersions"
+
 
 async def test_a_fresh_store_lists_and_watches_at_a_real_resource_version(
         start, make_settings) -> None:  # type: ignore[no-untyped-def]
