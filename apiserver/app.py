@@ -49,6 +49,7 @@ from apiserver.responses import error_response, json_response, metrics_page
 from apiserver.selectors import parse_field_selector, parse_label_selector
 from apiserver.service import Item, ListQuery, ListResult, ReportService, Written, as_json
 from pipeline.clickhouse.store import ReportStore
+from pipeline.model import managedfields
 from pipeline.model.resources import ResourceType, by_path
 from pipeline.settings import Settings
 
@@ -229,7 +230,8 @@ class Handlers:
             obj = self._checked(request, rtype, await self._body(request),
                                 namespace=target.namespace or "", name=None, warnings=warnings)
             created = await self._service.create(rtype, target.namespace or "", obj,
-                                                 dry_run=_dry_run(request))
+                                                 dry_run=_dry_run(request),
+                                                 manager=_manager(request))
             return _object_response(rtype, kind, created, 201, warnings)
         if method == "DELETE":
             kind = wants(request)
@@ -259,7 +261,8 @@ class Handlers:
                     "metadata.resourceVersion",
                     "Invalid value: 0x0: must be specified for an update")])
             updated = await self._service.update(rtype, ns, name, obj,
-                                                 dry_run=_dry_run(request))
+                                                 dry_run=_dry_run(request),
+                                                 manager=_manager(request))
             return _object_response(rtype, kind, updated, 200, warnings)
         if method == "PATCH":
             content_type = _media(request)
@@ -269,8 +272,9 @@ class Handlers:
                                       warnings=warnings)
             patched, created = await self._service.patch(
                 rtype, ns, name, content_type=content_type, patch=patch,
-                manager=request.query_params.get("fieldManager", ""),
-                dry_run=_dry_run(request))
+                manager=(request.query_params.get("fieldManager", "")
+                         if content_type == patching.APPLY else _manager(request)),
+                force=_query_flag(request, "force"), dry_run=_dry_run(request))
             return _object_response(rtype, kind, patched, 201 if created else 200, warnings)
         if method == "DELETE":
             options = await self._delete_options(request)
@@ -295,6 +299,13 @@ class Handlers:
         render = _event_renderer(query.rtype, kind)
         return StreamingResponse(watching.stream(self._service, query, options, render),
                                  media_type="application/json")
+
+
+def _manager(request: Request) -> str:
+    """The field manager of an ordinary write: ``fieldManager``, or as
+    kube-apiserver derives it, the user agent up to its first ``/``."""
+    return request.query_params.get("fieldManager") or managedfields.manager_from_user_agent(
+        request.headers.get("user-agent", ""))
 
 
 def _media(request: Request) -> str:

@@ -5,14 +5,14 @@ Strategic merge patch is refused, as for custom resources. Pure."""
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
 from typing import Any
 
 import jsonpatch
 import orjson
 import yaml
 
-from apiserver.errors import BadRequest, Invalid, UnsupportedMediaType, cause
+from apiserver.errors import BadRequest, Conflict, Invalid, UnsupportedMediaType, cause
+from pipeline.model import managedfields
 
 JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"
@@ -69,80 +69,22 @@ def json_patch(target: JSON, ops: list[Any]) -> JSON:
 
 # -- server-side apply -------------------------------------------------------
 
-def field_set(value: Any) -> JSON:
-    """The ``fieldsV1`` set of an applied configuration: maps are granular,
-    lists atomic (custom resources without list-type markers)."""
-    if not isinstance(value, dict):
-        return {}
-    return {f"f:{k}": field_set(v) for k, v in value.items()}
-
-
-def _remove(target: JSON, fields: JSON) -> None:
-    for fkey, sub in fields.items():
-        key = fkey[2:]
-        if key not in target:
-            continue
-        if sub and isinstance(target[key], dict):
-            _remove(target[key], sub)
-        else:
-            del target[key]
-
-
-def _minus(old: JSON, new: JSON) -> JSON:
-    """Fields in ``old`` that ``new`` no longer has (leaves only)."""
-    out: JSON = {}
-    for fkey, sub in old.items():
-        if fkey not in new:
-            out[fkey] = {}
-        elif sub:
-            rest = _minus(sub, new[fkey])
-            if rest:
-                out[fkey] = rest
-    return out
-
-
-def _deep_merge(live: Any, applied: Any) -> Any:
-    if isinstance(live, dict) and isinstance(applied, dict):
-        out = dict(live)
-        for k, v in applied.items():
-            out[k] = _deep_merge(live.get(k), v)
-        return out
-    return copy.deepcopy(applied)
-
-
-_APPLY_IGNORED = ("metadata.resourceVersion", "metadata.uid", "metadata.creationTimestamp",
-                  "metadata.generation", "metadata.managedFields")
-
-
-def _strip_system(applied: JSON) -> JSON:
-    out = dict(applied)
-    meta = dict(out.get("metadata") or {})
-    for path in _APPLY_IGNORED:
-        meta.pop(path.split(".", 1)[1], None)
-    out["metadata"] = meta
-    return out
-
-
-def apply(live: JSON | None, applied: JSON, *, manager: str, api_version: str) -> JSON:
-    """Apply ``applied`` for ``manager`` to ``live`` (None: create)."""
+def apply(live: JSON | None, applied: JSON, *, manager: str, api_version: str,
+          force: bool = False) -> JSON:
+    """Apply ``applied`` for ``manager`` to ``live`` (None: create): 409 with
+    a cause per field when another manager owns a field it would change,
+    unless ``force``."""
     if not manager:
         raise Invalid("PatchOptions.meta.k8s.io is invalid: fieldManager: Required value: is"
                       " required for apply patch",
                       causes=[cause("fieldManager", "Required value: is required for apply"
                                     " patch", "FieldValueRequired")])
-    applied = _strip_system(applied)
-    fields = field_set({k: v for k, v in applied.items() if k not in ("apiVersion", "kind")})
-    entries = [] if live is None else list((live.get("metadata") or {}).get("managedFields")
-                                           or [])
-    previous = next((e for e in entries if e.get("manager") == manager and
-                     e.get("operation") == "Apply"), None)
-    result = copy.deepcopy(live) if live is not None else {}
-    if previous is not None:
-        _remove(result, _minus(previous.get("fieldsV1") or {}, fields))
-    result = _deep_merge(result, applied)
-    entry = {"manager": manager, "operation": "Apply", "apiVersion": api_version,
-             "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "fieldsType": "FieldsV1",
-             "fieldsV1": fields}
-    others = [e for e in entries if e is not previous]
-    result.setdefault("metadata", {})["managedFields"] = [*others, entry]
-    return result
+    try:
+        return managedfields.apply(live, applied, manager=manager, api_version=api_version,
+                                   force=force)
+    except managedfields.Conflicts as err:
+        found = err.conflicts
+        what = "1 conflict" if len(found) == 1 else f"{len(found)} conflicts"
+        raise Conflict(f"Apply failed with {what}: " + "\n".join(c.message() for c in found),
+                       causes=[cause(c.field(), c.message().rsplit(":", 1)[0],
+                                     "FieldManagerConflict") for c in found]) from None

@@ -226,18 +226,22 @@ class ReportService:
         return reply.obj
 
     async def create(self, rtype: ResourceType, namespace: str, obj: JSON, *,
-                     dry_run: bool = False) -> Written:
+                     dry_run: bool = False, manager: str = "", applied: bool = False
+                     ) -> Written:
         return await self._write(op="create", resource=rtype.id, namespace=namespace,
-                                 name=obj["metadata"]["name"], obj=obj, dry_run=dry_run)
+                                 name=obj["metadata"]["name"], obj=obj, dry_run=dry_run,
+                                 manager=manager, applied=applied)
 
     async def update(self, rtype: ResourceType, namespace: str, name: str, obj: JSON, *,
-                     dry_run: bool = False) -> Written:
+                     dry_run: bool = False, manager: str = "", applied: bool = False
+                     ) -> Written:
         return await self._write(op="update", resource=rtype.id, namespace=namespace,
-                                 name=name, obj=obj, dry_run=dry_run)
+                                 name=name, obj=obj, dry_run=dry_run, manager=manager,
+                                 applied=applied)
 
     async def patch(self, rtype: ResourceType, namespace: str, name: str, *,
                     content_type: str, patch: Any, manager: str = "",
-                    dry_run: bool = False) -> tuple[Written, bool]:
+                    force: bool = False, dry_run: bool = False) -> tuple[Written, bool]:
         """Apply a patch to the current object, retrying on conflicts with other
         writers. Returns (object, created)."""
         for _ in range(PATCH_RETRIES):
@@ -249,17 +253,18 @@ class ReportService:
                 current = None
             if current is None:
                 obj = patching.apply(None, patch, manager=manager,
-                                     api_version=rtype.api_version)
+                                     api_version=rtype.api_version, force=force)
                 obj = validation.check_object(rtype, obj, namespace=namespace or None,
                                               name=name)
-                return await self.create(rtype, namespace, obj, dry_run=dry_run), True
+                return await self.create(rtype, namespace, obj, dry_run=dry_run,
+                                         manager=manager, applied=True), True
             if content_type == patching.MERGE:
                 obj = patching.merge_patch(current, patch)
             elif content_type == patching.JSON_PATCH:
                 obj = patching.json_patch(current, patch)
             else:
                 obj = patching.apply(current, patch, manager=manager,
-                                     api_version=rtype.api_version)
+                                     api_version=rtype.api_version, force=force)
             obj = validation.check_object(rtype, obj, namespace=namespace or None, name=name)
             # As kube-apiserver: the patched object keeps the current
             # resourceVersion unless the patch set another, which is then a
@@ -271,7 +276,9 @@ class ReportService:
             if not precondition:
                 obj["metadata"]["resourceVersion"] = latest
             try:
-                return await self.update(rtype, namespace, name, obj, dry_run=dry_run), False
+                return await self.update(rtype, namespace, name, obj, dry_run=dry_run,
+                                         manager=manager,
+                                         applied=content_type == patching.APPLY), False
             except FromStatus as err:
                 if err.code != 409 or precondition:
                     raise

@@ -75,14 +75,15 @@ class Writer:
     async def submit(self, *, op: str, resource: str, namespace: str, name: str, now: str,
                      obj: dict[str, Any] | None = None,
                      preconditions: dict[str, Any] | None = None, dry_run: bool = False,
-                     finalizer: str = "") -> Reply:
+                     finalizer: str = "", manager: str = "", applied: bool = False) -> Reply:
         """Ask the committer for a write; returns its successful reply or raises
         the error it decided."""
         assert self._producer is not None
         req = WriteRequest(id=str(uuid.uuid4()), op=op, resource=resource,  # type: ignore[arg-type]
                            namespace=namespace, name=name, reply_to=self._settings.replies_topic,
                            now=now, obj=obj, preconditions=preconditions or {},
-                           dry_run=dry_run, finalizer=finalizer)
+                           dry_run=dry_run, finalizer=finalizer, manager=manager,
+                           applied=applied)
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending[req.id] = fut
         try:

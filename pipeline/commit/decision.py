@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.model import objects, resources
+from pipeline.model import managedfields, objects, resources
 from pipeline.model.messages import Change, Reply, WriteRequest
 from pipeline.model.versions import Current
 
@@ -89,13 +89,23 @@ def _with_meta(obj: JSON, **fields: Any) -> JSON:
     return out
 
 
+def _managed(req: WriteRequest, live: JSON | None) -> JSON:
+    """The written object with the managed fields of its write: an ordinary
+    write's manager takes the fields it changed (an apply's came set)."""
+    assert req.obj is not None
+    if not req.manager or req.applied:
+        return req.obj
+    return managedfields.update(live, req.obj, manager=req.manager,
+                                api_version=str(req.obj.get("apiVersion") or ""))
+
+
 def _create(req: WriteRequest, live: Current | None, rv: int) -> Decision:
     if live is not None:
         return Decision(Reply(req.id, 0, status=status(
             409, "AlreadyExists", f"{_qualified(req)} already exists",
             resource=req.resource, name=req.name)))
     assert req.obj is not None
-    obj = _with_meta(req.obj, uid=str(uuid.uuid5(_UID_NAMESPACE, req.id)),
+    obj = _with_meta(_managed(req, None), uid=str(uuid.uuid5(_UID_NAMESPACE, req.id)),
                      creationTimestamp=req.now, generation=1, resourceVersion=str(rv),
                      deletionTimestamp=None)
     return _commit(req, "ADDED", obj, rv)
@@ -112,7 +122,7 @@ def _update(req: WriteRequest, live: Current, rv: int) -> Decision:
     generation = int(old_meta.get("generation") or 1)
     if _spec(req.obj) != _spec(live.obj):
         generation += 1
-    obj = _with_meta(req.obj, **{f: old_meta.get(f) for f in _SYSTEM_FIELDS})
+    obj = _with_meta(_managed(req, live.obj), **{f: old_meta.get(f) for f in _SYSTEM_FIELDS})
     obj = _with_meta(obj, generation=generation, resourceVersion=str(rv))
     meta = objects.metadata(obj)
     if meta.get("deletionTimestamp") and not meta.get("finalizers"):

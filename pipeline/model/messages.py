@@ -51,6 +51,10 @@ class WriteRequest:
     #: a delete's garbage-collector finalizer to add (``foregroundDeletion`` or
     #: ``orphan``, from its propagation policy), or ""
     finalizer: str = ""
+    #: the field manager of a create or update (its managedFields entry)
+    manager: str = ""
+    #: the object is a server-side apply's result, its managedFields set
+    applied: bool = False
 
     def encode(self) -> bytes:
         return orjson.dumps({
@@ -58,6 +62,7 @@ class WriteRequest:
             "namespace": self.namespace, "name": self.name, "replyTo": self.reply_to,
             "now": self.now, "object": self.obj, "preconditions": self.preconditions,
             "dryRun": self.dry_run, "finalizer": self.finalizer,
+            "manager": self.manager, "applied": self.applied,
         })
 
     @classmethod
@@ -67,7 +72,8 @@ class WriteRequest:
             return cls(id=v["id"], op=v["op"], resource=v["resource"], namespace=v["namespace"],
                        name=v["name"], reply_to=v["replyTo"], now=v["now"], obj=v.get("object"),
                        preconditions=v.get("preconditions") or {},
-                       dry_run=bool(v.get("dryRun")), finalizer=v.get("finalizer") or "")
+                       dry_run=bool(v.get("dryRun")), finalizer=v.get("finalizer") or "",
+                       manager=v.get("manager") or "", applied=bool(v.get("applied")))
         except KeyError as err:
             raise DecodeError(f"request lacks {err}") from err
 

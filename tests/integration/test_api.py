@@ -370,3 +370,48 @@ async def test_a_fresh_store_lists_and_watches_at_a_real_resource_version(
     assert event["object"]["metadata"]["resourceVersion"] == created["metadata"][
         "resourceVersion"]
     assert int(created["metadata"]["resourceVersion"]) > 1
+
+
+async def test_server_side_apply_conflicts_with_other_managers(api: httpx.AsyncClient) -> None:
+    """As kube-apiserver: a second manager applying another value to a field
+    the first owns gets 409 with a cause per field and manager; force=true
+    takes the field; ordinary writes record their manager's fields."""
+    apply = {"Content-Type": "application/apply-patch+yaml"}
+    doc = report(POLR, "owned-fields", "ns", labels={"team": "a"})
+    r = await api.patch(f"{PATH}/owned-fields", json=doc, headers=apply,
+                        params={"fieldManager": "alice"})
+    assert r.status_code == 201, r.text
+    doc["metadata"]["labels"] = {"team": "b"}
+    r = await api.patch(f"{PATH}/owned-fields", json=doc, headers=apply,
+                        params={"fieldManager": "bob"})
+    assert r.status_code == 409, r.text
+    status = r.json()
+    assert status["reason"] == "Conflict"
+    assert status["message"] == ('Apply failed with 1 conflict: conflict with "alice":'
+                                 ' .metadata.labels.team')
+    assert status["details"]["causes"] == [{"reason": "FieldManagerConflict",
+                                            "message": 'conflict with "alice"',
+                                            "field": ".metadata.labels.team"}]
+    assert (await api.get(f"{PATH}/owned-fields")).json()["metadata"]["labels"] == {
+        "team": "a"}
+    r = await api.patch(f"{PATH}/owned-fields", json=doc, headers=apply,
+                        params={"fieldManager": "bob", "force": "true"})
+    assert r.status_code == 200 and r.json()["metadata"]["labels"] == {"team": "b"}
+    fields = {(m["manager"], m["operation"]): m["fieldsV1"]
+              for m in r.json()["metadata"]["managedFields"]}
+    assert "f:team" in fields[("bob", "Apply")]["f:metadata"]["f:labels"]
+    assert "f:team" not in fields[("alice", "Apply")]["f:metadata"].get("f:labels", {})
+
+    # an ordinary write: its manager (fieldManager, else the user agent) takes
+    # the fields it changed, and the next apply of another value conflicts
+    r = await api.patch(f"{PATH}/owned-fields", headers={
+        "Content-Type": "application/merge-patch+json", "User-Agent": "kubectl/v1.37.2"},
+        json={"metadata": {"labels": {"team": "c"}}})
+    assert r.status_code == 200
+    managers = {(m["manager"], m["operation"]) for m in r.json()["metadata"]["managedFields"]}
+    assert ("kubectl", "Update") in managers
+    r = await api.patch(f"{PATH}/owned-fields", json=doc, headers=apply,
+                        params={"fieldManager": "bob"})
+    assert r.status_code == 409
+    assert r.json()["details"]["causes"][0]["message"] == (
+        'conflict with "kubectl" using wgpolicyk8s.io/v1alpha2')
