@@ -74,6 +74,8 @@ class Event:
     previous: Cached | None = None
     #: when the change was committed (its record's time, Unix seconds)
     at: float = 0.0
+    #: the key's resourceVersion before this change (0: it did not exist)
+    previous_rv: int = 0
 
 
 class Expired(Exception):
@@ -178,7 +180,8 @@ class ChangeLog:
                 key = identity(change.obj)
                 before = self._latest.get(key)
                 event = Event(key, Cached.of(change, record.value),
-                              before.change if before else None, record.timestamp / 1000)
+                              before.change if before else None, record.timestamp / 1000,
+                              change.previous)
                 self._append(event)
                 for sub in self._subscribers:
                     sub.offer(event)
@@ -300,6 +303,25 @@ class ChangeLog:
 
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
+
+    def first_changes(self, resource: str, namespace: str | None, since: int,
+                      after: tuple[str, str] | None) -> dict[tuple[str, str], Event]:
+        """The first change after resourceVersion ``since`` of every
+        (namespace, name) of ``resource`` (in ``namespace``) past ``after``:
+        what a list as of ``since`` must see differently from now. Raises
+        Expired when the cache no longer reaches back to ``since``."""
+        if since < self._history:
+            raise Expired(f"too old resource version: {since} ({self._history})")
+        first: dict[tuple[str, str], Event] = {}
+        for event in reversed(self._events):
+            if event.change.resource_version <= since:
+                break
+            _, ns, name = event.key
+            if event.key[0] != resource or (namespace is not None and ns != namespace):
+                continue
+            if after is None or (ns, name) > after:
+                first[(ns, name)] = event  # the earliest is seen last
+        return first
 
     def latest(self, key: Key) -> Cached | None:
         event = self._latest.get(key)

@@ -12,15 +12,19 @@ class ApiError(Exception):
     reason = "InternalError"
 
     def __init__(self, message: str, *, causes: list[JSON] | None = None,
-                 details: JSON | None = None, retry_after: int | None = None):
+                 details: JSON | None = None, retry_after: int | None = None,
+                 continue_token: str = ""):
         super().__init__(message)
         self.message = message
         self.causes = causes or []
         self.details = dict(details or {})
         self.retry_after = retry_after
+        #: a list's next page despite the error (Status.metadata.continue)
+        self.continue_token = continue_token
 
     def status(self) -> JSON:
-        out: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        meta: JSON = {"continue": self.continue_token} if self.continue_token else {}
+        out: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": meta, "status": "Failure",
                      "message": self.message, "reason": self.reason, "code": self.code}
         details = dict(self.details)
         if self.causes:

@@ -152,25 +152,64 @@ class ReportService:
     async def list_objects(self, query: ListQuery, *, limit: int = 0, continue_token: str = "",
                    resource_version: str | None = None, match: str | None = None) -> ListResult:
         after: tuple[str, str] | None = None
+        snapshot: dict[tuple[str, str], Item | None] = {}
         if continue_token:
             if resource_version:
                 raise BadRequest("specifying resource version is not allowed when using"
                                  " continue")
             token = paging.decode(continue_token, query.digest())
-            await self.changelog.sync()
-            list_rv, after = token.resource_version, token.after
+            after = token.after
+            if token.resource_version < 0:  # continuing inconsistently, after a 410
+                list_rv = await self._sync(None, None)
+            else:
+                await self.changelog.sync()
+                list_rv = token.resource_version
+                snapshot = await self._as_of(query, list_rv, after)
         else:
             list_rv = await self._sync(resource_version, match)
         result = ListResult(list_rv, _empty())
-        result.items = self._page(query, after, limit, result)
+        result.items = self._page(query, after, limit, result, snapshot)
         return result
 
+    async def _as_of(self, query: ListQuery, rv: int, after: tuple[str, str] | None
+                     ) -> dict[tuple[str, str], Item | None]:
+        """The objects past ``after`` that changed since ``rv``, as they were at
+        ``rv`` (None: not there, or not matching): with the rest as they are
+        now, the list as of ``rv``. 410 Expired when that state is gone (the
+        cache no longer reaches back to ``rv``, or ClickHouse merged an old
+        version away), with a token to go on inconsistently, as kube-apiserver
+        after etcd compacted the first page's revision."""
+        try:
+            first = self.changelog.first_changes(query.rtype.id, query.namespace, rv, after)
+        except Expired:
+            raise _expired_continue(query, after) from None
+        out: dict[tuple[str, str], Item | None] = {}
+        wanted = []
+        for key, event in first.items():
+            before = event.previous
+            if event.previous_rv == 0:
+                out[key] = None
+            elif before is not None and before.resource_version == event.previous_rv:
+                out[key] = (Item(key[0], key[1], before.resource_version, raw=before.raw)
+                            if query.matches(before.head) else None)
+            else:
+                wanted.append((key[0], key[1], event.previous_rv))
+        found = await self._guard(self._store.versions(query.rtype.id, wanted))
+        for ns, name, _ in wanted:
+            row = found.get((ns, name))
+            if row is None:
+                raise _expired_continue(query, after)
+            item = _stored(row)
+            out[(ns, name)] = item if query.matches(item.object()) else None
+        return out
+
     async def _page(self, query: ListQuery, after: tuple[str, str] | None, limit: int,
-                    result: ListResult) -> AsyncIterator[Item]:
+                    result: ListResult, snapshot: dict[tuple[str, str], Item | None]
+                    ) -> AsyncIterator[Item]:
         count = 0
         last: tuple[str, str] | None = None
-        async for item in self.iterate(query, after, batch=min(limit + 1, PAGE) if limit
-                                       else PAGE):
+        items = self.iterate(query, after, batch=min(limit + 1, PAGE) if limit else PAGE)
+        async for item in (_as_of(items, snapshot) if snapshot else items):
             if limit and count == limit:
                 assert last is not None
                 result.continue_token = paging.encode(paging.Continue(
@@ -315,6 +354,39 @@ class ReportService:
 
     def unsubscribe(self, subscription: Any) -> None:
         self.changelog.unsubscribe(subscription)
+
+
+#: kube-apiserver's words for a continuation whose snapshot is gone
+INCONSISTENT_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You"
+    " can start a new list without the continue parameter, or use the continue token in"
+    " this response to retrieve the remainder of the results. Continuing with the"
+    " provided token results in an inconsistent list - objects that were created,"
+    " modified, or deleted between the time the first chunk was returned and now may show"
+    " up in the list.")
+
+
+def _expired_continue(query: ListQuery, after: tuple[str, str] | None) -> Gone:
+    token = paging.encode(paging.Continue(-1, after, query.digest())) if after else ""
+    return Gone(INCONSISTENT_CONTINUE, continue_token=token)
+
+
+async def _as_of(items: AsyncIterator[Item], snapshot: dict[tuple[str, str], Item | None]
+                 ) -> AsyncIterator[Item]:
+    """``items`` (now, in key order) with the keys of ``snapshot`` as it has
+    them instead."""
+    then = sorted(((k, item) for k, item in snapshot.items() if item is not None),
+                  key=lambda pair: pair[0])
+    i = 0
+    async for item in items:
+        key = (item.namespace, item.name)
+        while i < len(then) and then[i][0] < key:
+            yield then[i][1]
+            i += 1
+        if key not in snapshot:
+            yield item
+    for _, item in then[i:]:
+        yield item
 
 
 async def _empty() -> AsyncIterator[Item]:

@@ -425,6 +425,26 @@ class ReportStore:
             return [(StoredObject(int(r[0]), r[1], r[2], r[3]), bool(r[4])) for r in rows]
         return await self.run(query)
 
+    async def versions(self, resource: str, wanted: Sequence[tuple[str, str, int]]
+                       ) -> dict[tuple[str, str], StoredObject]:
+        """The given (namespace, name, resourceVersion) versions of objects,
+        while ClickHouse still holds them: a merge keeps only an object's
+        newest version, so one that was replaced may be gone."""
+        if not wanted:
+            return {}
+        sql = ("SELECT resource_version, namespace, name, object FROM reports"
+               " WHERE resource = {r:String} AND namespace IN {nss:Array(String)}"
+               " AND name IN {names:Array(String)}"
+               " AND has({keys:Array(Tuple(String, String, UInt64))},"
+               " (namespace, name, resource_version)) AND NOT deleted")
+        params = {"r": resource, "nss": sorted({w[0] for w in wanted}),
+                  "names": sorted({w[1] for w in wanted}), "keys": list(wanted)}
+
+        def query(client: Client) -> dict[tuple[str, str], StoredObject]:
+            rows = client.query(sql, parameters=params).result_rows
+            return {(r[1], r[2]): StoredObject(int(r[0]), r[1], r[2], r[3]) for r in rows}
+        return await self.run(query)
+
     async def list_page(self, resource: str, *, namespace: str | None,
                         conditions: Sequence[str] = (), params: dict[str, Any] | None = None,
                         after: tuple[str, str] | None = None, limit: int = 1000

@@ -108,7 +108,7 @@ def _create(req: WriteRequest, live: Current | None, rv: int) -> Decision:
     obj = _with_meta(_managed(req, None), uid=str(uuid.uuid5(_UID_NAMESPACE, req.id)),
                      creationTimestamp=req.now, generation=1, resourceVersion=str(rv),
                      deletionTimestamp=None)
-    return _commit(req, "ADDED", obj, rv)
+    return _commit(req, "ADDED", obj, rv, 0)
 
 
 def _update(req: WriteRequest, live: Current, rv: int) -> Decision:
@@ -126,8 +126,8 @@ def _update(req: WriteRequest, live: Current, rv: int) -> Decision:
     obj = _with_meta(obj, generation=generation, resourceVersion=str(rv))
     meta = objects.metadata(obj)
     if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-        return _commit(req, "DELETED", obj, rv)
-    return _commit(req, "MODIFIED", obj, rv)
+        return _commit(req, "DELETED", obj, rv, live.resource_version)
+    return _commit(req, "MODIFIED", obj, rv, live.resource_version)
 
 
 def _delete(req: WriteRequest, live: Current, rv: int) -> Decision:
@@ -152,15 +152,16 @@ def _delete(req: WriteRequest, live: Current, rv: int) -> Decision:
             return Decision(Reply(req.id, live.resource_version, obj=live.obj))
         obj = _with_meta(live.obj, deletionTimestamp=meta.get("deletionTimestamp") or req.now,
                          finalizers=finalizers, resourceVersion=str(rv))
-        return _commit(req, "MODIFIED", obj, rv)
+        return _commit(req, "MODIFIED", obj, rv, live.resource_version)
     obj = _with_meta(live.obj, resourceVersion=str(rv))
-    return _commit(req, "DELETED", obj, rv)
+    return _commit(req, "DELETED", obj, rv, live.resource_version)
 
 
-def _commit(req: WriteRequest, etype: str, obj: JSON, rv: int) -> Decision:
+def _commit(req: WriteRequest, etype: str, obj: JSON, rv: int, previous: int) -> Decision:
     """A change, answered by its resourceVersion alone: the writer reads the
-    object from the change log (replies stay small)."""
-    change = Change(etype, obj, rv, req.id)  # type: ignore[arg-type]
+    object from the change log (replies stay small). ``previous``: the
+    object's version before it (0: none), for lists served as of a version."""
+    change = Change(etype, obj, rv, req.id, previous)  # type: ignore[arg-type]
     return Decision(Reply(req.id, rv), change)
 
 

@@ -29,7 +29,7 @@ from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
 from pipeline.kafka.transactions import CoordinatorView
-from pipeline.model.messages import REQUEST_ID_HEADER, DecodeError, WriteRequest
+from pipeline.model.messages import DecodeError, WriteRequest, change_headers
 from pipeline.model.objects import identity, object_key
 from pipeline.model.topics import PARTITION
 from pipeline.observe import metrics
@@ -225,7 +225,7 @@ class CommitService:
                     sent.append(await producer.send(
                         self._settings.changes_topic, d.change.encode(),
                         key=object_key(*identity(d.change.obj)).encode(), partition=PARTITION,
-                        headers=[(REQUEST_ID_HEADER, d.change.request_id.encode())]))
+                        headers=change_headers(d.change)))
             for req, d in zip(requests, decisions, strict=True):
                 sent.append(await producer.send(req.reply_to, d.reply.encode(),
                                                 key=req.id.encode(), partition=PARTITION))

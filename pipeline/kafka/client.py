@@ -22,7 +22,13 @@ from faust.types import TP
 from pipeline.kafka import transactions
 from pipeline.kafka.offsets import Handed
 from pipeline.model import topics
-from pipeline.model.messages import REQUEST_ID_HEADER, Change, DecodeError
+from pipeline.model.messages import (
+    PREVIOUS_HEADER,
+    REQUEST_ID_HEADER,
+    Change,
+    DecodeError,
+    change_headers,
+)
 from pipeline.model.objects import identity, object_key
 from pipeline.model.topics import MAX_MESSAGE_BYTES
 from pipeline.model.versions import Progress
@@ -341,7 +347,7 @@ async def append_history(settings: Settings, bootstrap: str,
             sent.append(await producer.send(
                 settings.changes_topic, change.encode(), partition=0,
                 key=object_key(*identity(change.obj)).encode(), timestamp_ms=int(ts * 1000),
-                headers=[(REQUEST_ID_HEADER, change.request_id.encode())]))
+                headers=change_headers(change)))
         for ack in sent:
             await ack
     finally:
@@ -352,7 +358,11 @@ def change_from_record(record: Any) -> Change | None:
     headers = dict(record.headers or ())
     request_id = headers.get(REQUEST_ID_HEADER, b"").decode()
     try:
-        return Change.decode(record.value, request_id)
+        previous = int(headers.get(PREVIOUS_HEADER, b"0") or 0)
+    except ValueError:
+        previous = 0
+    try:
+        return Change.decode(record.value, request_id, previous)
     except DecodeError:
         log.warning("skipping undecodable change at offset %s", record.offset)
         return None

@@ -116,6 +116,9 @@ class Change:
     obj: JSON
     resource_version: int
     request_id: str = ""
+    #: the object's resourceVersion before this change (0: it did not exist);
+    #: carried in the record's ``previous-resource-version`` header
+    previous: int = 0
 
     def encode(self) -> bytes:
         return orjson.dumps({"type": self.type, "object": self.obj})
@@ -131,14 +134,23 @@ class Change:
         return None
 
     @classmethod
-    def decode(cls, raw: bytes, request_id: str = "") -> Change:
+    def decode(cls, raw: bytes, request_id: str = "", previous: int = 0) -> Change:
         v = _loads(raw)
         try:
             obj = v["object"]
             rv = int(obj["metadata"]["resourceVersion"])
-            return cls(type=v["type"], obj=obj, resource_version=rv, request_id=request_id)
+            return cls(type=v["type"], obj=obj, resource_version=rv, request_id=request_id,
+                       previous=previous)
         except (KeyError, TypeError, ValueError) as err:
             raise DecodeError(f"bad change: {err}") from err
 
 
 REQUEST_ID_HEADER = "request-id"
+PREVIOUS_HEADER = "previous-resource-version"
+
+
+def change_headers(change: Change) -> list[tuple[str, bytes]]:
+    """The headers of a change's record: the request that made it, and the
+    object's version before it."""
+    return [(REQUEST_ID_HEADER, change.request_id.encode()),
+            (PREVIOUS_HEADER, str(change.previous).encode())]

@@ -1,0 +1,126 @@
+"""Paged lists as kube-apiserver serves them: every page of a list comes from
+the snapshot of its first page (the objects as they were at its
+resourceVersion, whatever changed since), and once that snapshot is gone the
+continuation gets 410 Expired with a token that goes on with the current
+state."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from pipeline.model.resources import RESOURCES
+from tests.helpers import collection_path, report
+
+pytestmark = pytest.mark.integration
+POLR = RESOURCES[0]
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+def names(body: dict[str, Any]) -> list[str]:
+    return [i["metadata"]["name"] for i in body["items"]]
+
+
+async def page_through(api: httpx.AsyncClient, path: str, token: str, limit: int,
+                       **params: str) -> list[dict[str, Any]]:
+    items = []
+    while token:
+        r = await api.get(path, params={"limit": str(limit), "continue": token, **params})
+        assert r.status_code == 200, r.text
+        items += r.json()["items"]
+        token = r.json()["metadata"].get("continue", "")
+    return items
+
+
+async def test_continuation_pages_are_the_first_pages_snapshot(start, make_settings) -> None:  # type: ignore[no-untyped-def]
+    running = await start(make_settings())
+    api = running.client
+    path = collection_path(POLR, "snap")
+    for i in range(30):
+        r = await api.post(path, json=report(POLR, f"r{i:02d}", "snap", labels={"v": "0"}))
+        assert r.status_code == 201
+    full = (await api.get(path)).json()
+    first = (await api.get(path, params={"limit": "10"})).json()
+    snapshot_rv = first["metadata"]["resourceVersion"]
+    assert names(first) == [f"r{i:02d}" for i in range(10)]
+
+    # meanwhile: one changed, one deleted, one created, past the first page
+    assert (await api.patch(f"{path}/r15", headers=MERGE,
+                            json={"metadata": {"labels": {"v": "1"}}})).status_code == 200
+    assert (await api.delete(f"{path}/r20")).status_code == 200
+    assert (await api.post(path, json=report(POLR, "r25a", "snap"))).status_code == 201
+
+    rest = await page_through(api, path, first["metadata"]["continue"], 10)
+    assert first["items"] + rest == full["items"]  # the objects as they were, versions too
+    second = await api.get(path, params={"limit": "10",
+                                         "continue": first["metadata"]["continue"]})
+    assert second.json()["metadata"]["resourceVersion"] == snapshot_rv
+
+    # a selector applies to the snapshot's objects: r15's label changed after it
+    selected = (await api.get(path, params={"limit": "10", "labelSelector": "v=0"})).json()
+    assert (await api.patch(f"{path}/r16", headers=MERGE,
+                            json={"metadata": {"labels": {"v": "1"}}})).status_code == 200
+    more = await page_through(api, path, selected["metadata"]["continue"], 10,
+                              labelSelector="v=0")
+    assert "r16" in [i["metadata"]["name"] for i in more]
+    assert "r15" not in [i["metadata"]["name"] for i in more]
+
+
+async def test_a_continuation_whose_snapshot_is_gone_expires(start, make_settings) -> None:  # type: ignore[no-untyped-def]
+    # a watch cache of 20 changes: the snapshot is gone after 20 more
+    running = await start(make_settings(watch_cache_size=20))
+    api = running.client
+    path = collection_path(POLR, "gone")
+    for i in range(12):
+        assert (await api.post(path, json=report(POLR, f"g{i:02d}", "gone"))).status_code == 201
+    first = (await api.get(path, params={"limit": "5"})).json()
+    for round_ in range(3):
+        for i in range(12):
+            r = await api.patch(f"{path}/g{i:02d}", headers=MERGE,
+                                json={"metadata": {"labels": {"round": str(round_)}}})
+            assert r.status_code == 200
+    r = await api.get(path, params={"limit": "5", "continue": first["metadata"]["continue"]})
+    assert r.status_code == 410, r.text
+    status = r.json()
+    assert status["reason"] == "Expired"
+    assert status["message"].startswith("The provided continue parameter is too old to"
+                                        " display a consistent list result.")
+    # its token goes on from the same place, with the objects as they are now
+    rest = await page_through(api, path, status["metadata"]["continue"], 5)
+    assert [i["metadata"]["name"] for i in rest] == [f"g{i:02d}" for i in range(5, 12)]
+    assert {i["metadata"]["labels"]["round"] for i in rest} == {"2"}
+
+
+async def test_an_old_version_comes_from_clickhouse_while_it_holds_it(start, make_settings) -> None:  # type: ignore[no-untyped-def]
+    """An object whose version at the snapshot is older than the watch cache
+    is read from ClickHouse by that version; once a merge replaced it, the
+    continuation expires."""
+    running = await start(make_settings(watch_cache_size=20))
+    api, store = running.client, running.system.store
+    path = collection_path(POLR, "old")
+    for i in range(30):  # the cache keeps the last 20 creations
+        assert (await api.post(path, json=report(POLR, f"o{i:02d}", "old"))).status_code == 201
+    full = (await api.get(path)).json()["items"]
+    await store.run(lambda c: c.command("SYSTEM STOP MERGES reports"))
+    try:
+        first = (await api.get(path, params={"limit": "4"})).json()
+        # o05's version at the snapshot left the cache long ago
+        late = await api.patch(f"{path}/o05", headers=MERGE,
+                               json={"metadata": {"labels": {"late": "yes"}}})
+        assert late.status_code == 200
+        rest = await page_through(api, path, first["metadata"]["continue"], 4)
+        assert first["items"] + rest == full
+        # merged: ClickHouse keeps the newest version only
+        rv = int(late.json()["metadata"]["resourceVersion"])
+        async with asyncio.timeout(30):
+            while await store.watermark() < rv:
+                await asyncio.sleep(0.1)
+        await store.run(lambda c: c.command("SYSTEM START MERGES reports"))
+        await store.run(lambda c: c.command("OPTIMIZE TABLE reports FINAL"))
+        r = await api.get(path, params={"limit": "4", "continue": first["metadata"]["continue"]})
+        assert r.status_code == 410 and r.json()["metadata"]["continue"]
+    finally:
+        await store.run(lambda c: c.command("SYSTEM START MERGES reports"))
