@@ -2,7 +2,7 @@
 their Go modules (``modules/``: each a small module that requires the upstream
 one at a pinned version) and cached under ``~/.cache/reports-pipeline/cluster``,
 built again only when a module's go.mod, go.sum or sources change. A cold
-build of all four takes about ten minutes on two cores; a cached one, none."""
+build of them all takes about ten minutes on two cores; a cached one, none."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def _kyverno() -> Build:
 
 
 BUILDS = {"kubernetes": _kubernetes, "etcd": lambda: Build("etcd", (".",)),
-          "kyverno": _kyverno}
+          "kyverno": _kyverno, "clientgo": lambda: Build("clientgo", (".",))}
 
 
 def binaries(name: str) -> Path:
@@ -92,7 +92,7 @@ def binaries(name: str) -> Path:
         if (target / ".complete").exists():
             return target
         staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
-        out = staging / "etcd" if build.packages == (".",) else staging
+        out = staging / name if build.packages == (".",) else staging
         subprocess.run([go(), "build", "-trimpath", f"-ldflags={build.ldflags}", "-o",
                         f"{out}{os.sep if out == staging else ''}", *build.packages],
                        cwd=MODULES / build.module, check=True,

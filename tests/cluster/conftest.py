@@ -55,6 +55,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if any("kyverno" in item.nodeid for item in selected):
         wanted.add("kyverno")
+    if any("clientgo" in item.nodeid for item in selected):
+        wanted.add("clientgo")
     for name in sorted(wanted):
         started = time.monotonic()
         try:
