@@ -209,7 +209,7 @@ class ReportService:
         count = 0
         last: tuple[str, str] | None = None
         items = self.iterate(query, after, batch=min(limit + 1, PAGE) if limit else PAGE)
-        async for item in (_as_of(items, snapshot) if snapshot else items):
+        async for item in (_with_snapshot(items, snapshot) if snapshot else items):
             if limit and count == limit:
                 assert last is not None
                 result.continue_token = paging.encode(paging.Continue(
@@ -371,7 +371,7 @@ def _expired_continue(query: ListQuery, after: tuple[str, str] | None) -> Gone:
     return Gone(INCONSISTENT_CONTINUE, continue_token=token)
 
 
-async def _as_of(items: AsyncIterator[Item], snapshot: dict[tuple[str, str], Item | None]
+async def _with_snapshot(items: AsyncIterator[Item], snapshot: dict[tuple[str, str], Item | None]
                  ) -> AsyncIterator[Item]:
     """``items`` (now, in key order) with the keys of ``snapshot`` as it has
     them instead."""

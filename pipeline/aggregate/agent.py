@@ -163,7 +163,6 @@ class Aggregator:
             return
         await self._ready(batch[0][0].resource_version)
         assert self._totals is not None
-        touched: dict[tuple[str, str], float] = {}
         # Window increments are summed over the batch and applied once per key:
         # every table update is a changelog record.
         increments: dict[tuple[int, str], int] = {}
@@ -199,11 +198,8 @@ class Aggregator:
                     if n:
                         slot = (start, f"{ns}\x1f{policy}\x1f{metric}")
                         increments[slot] = increments.get(slot, 0) + n
-                touched[(ns, policy)] = ts
-                window.touched[(ns, policy)] = ts
-            for (ns, policy, _status) in outcome.delta:
-                touched.setdefault((ns, policy), ts)
-                window.touched.setdefault((ns, policy), ts)
+                window.touched.add((ns, policy))
+            window.touched.update((ns, policy) for ns, policy, _status in outcome.delta)
             for t in outcome.transitions:
                 await self._send(self._topics.result_events, self._event_key(t),
                                     self._event(t, change, ts))
@@ -218,11 +214,12 @@ class Aggregator:
             self._contributions[LAST_APPLIED] = {"rv": last_rv}
         for (start, name), n in increments.items():
             self._activity.relative_to(windows[start].ts)[name] += n
+        touched = {key for w in windows.values() for key in w.touched}
         if touched:
             now = datetime.now(UTC)
             per_policy = aggregate.by_policy(self._totals)
             await self._emit_windows(windows.values(), now)  # reads the windows first
-            await self._emit_counts(touched.keys(), per_policy, last_rv, now)
+            await self._emit_counts(touched, per_policy, last_rv, now)
         await self._delivered()
 
     def _event_key(self, t: aggregate.Transition) -> bytes:
@@ -305,7 +302,7 @@ class Window:
     start: int
     ts: float = 0.0
     rv: int = 0
-    touched: dict[tuple[str, str], float] = field(default_factory=dict)
+    touched: set[tuple[str, str]] = field(default_factory=set)
     levels: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     cluster_levels: dict[str, dict[str, int]] = field(default_factory=dict)
 

@@ -49,6 +49,11 @@ def _reason(err: Exception) -> str:
     return (text.splitlines() or [type(err).__name__])[0][:300]
 
 
+def _where(settings: Settings) -> str:
+    """The ClickHouse in use, for messages (without a password)."""
+    return redacted(settings.clickhouse_url) or "the embedded ClickHouse"
+
+
 def redacted(url: str) -> str:
     """``url`` without its password."""
     parts = urlsplit(url)
@@ -81,8 +86,7 @@ def _analytics_error(err: Exception, settings: Settings) -> QueryError:
     if "QUERY_WAS_CANCELLED" in text:
         return QueryError("the query was cancelled")
     if isinstance(err, OperationalError):  # the server, not the query
-        where = redacted(settings.clickhouse_url) or "the embedded ClickHouse"
-        return QueryError(f"ClickHouse at {where} cannot be used: {_reason(err)}")
+        return QueryError(f"ClickHouse at {_where(settings)} cannot be used: {_reason(err)}")
     return QueryError(text)
 
 
@@ -185,8 +189,8 @@ class ReportStore:
                     admin = self._connect(None)
                 admin.command(f"CREATE DATABASE IF NOT EXISTS `{self._settings.database}`")
             except ClickHouseError as err:
-                where = redacted(self._settings.clickhouse_url) or "the embedded ClickHouse"
-                raise StoreError(f"ClickHouse at {where} cannot be used: {_reason(err)}") from err
+                raise StoreError(f"ClickHouse at {_where(self._settings)} cannot be used:"
+                                 f" {_reason(err)}") from err
         await asyncio.get_running_loop().run_in_executor(self._pool, setup)
         await self.run(self._migrate)
         await self.run(self._retention)
@@ -250,7 +254,7 @@ class ReportStore:
     async def check_analytics(self, table: str = "policy_windows") -> None:
         """Raise StoreError, saying what to do, unless an analyst's session can
         read ``table`` (a trend table the worker keeps)."""
-        where = redacted(self._settings.clickhouse_url) or "the embedded ClickHouse"
+        where = _where(self._settings)
         database = self._settings.database
 
         def probe() -> None:

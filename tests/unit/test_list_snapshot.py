@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver.service import Item, _as_of
+from apiserver.service import Item, _with_snapshot
 
 keys = st.tuples(st.sampled_from("abc"), st.sampled_from("uvwxyz"))
 
@@ -30,7 +30,7 @@ def test_the_page_stream_is_the_snapshot_in_key_order(
     # changed keys: True existed then (as version 1), False did not
     snapshot = {k: Item(k[0], k[1], 1, obj={"now": False}) if existed else None
                 for k, existed in changed.items()}
-    out = asyncio.run(_collect(_as_of(_stream(current), snapshot)))
+    out = asyncio.run(_collect(_with_snapshot(_stream(current), snapshot)))
     got = [((i.namespace, i.name), i.resource_version) for i in out]
     expected = sorted({**{k: 2 for k in now if k not in changed},
                        **{k: 1 for k, existed in changed.items() if existed}}.items())
