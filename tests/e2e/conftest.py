@@ -15,11 +15,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from queue import Empty, Queue
+from typing import Any
 
 import httpx
 import psutil
 import pytest
 import yaml
+from playwright.sync_api import sync_playwright
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent
@@ -142,3 +144,20 @@ def up(tmp_path: Path) -> Iterator[Up]:
         with contextlib.suppress(subprocess.TimeoutExpired):
             u.stop(timeout=30)
         u.kill()  # only if it did not stop; closes its output either way
+
+
+#: Debian's Chromium (Playwright never downloads one here)
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    assert Path(CHROMIUM).exists(), "Debian's chromium is not installed (apt-get install chromium)"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        try:
+            yield b
+        finally:
+            b.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import shutil
 import ssl
 import subprocess
 import time
@@ -21,7 +20,6 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 import yaml
-from playwright.sync_api import sync_playwright
 
 from dashboard import filters
 from dashboard.filters import Filters, Span
@@ -31,7 +29,6 @@ from tests.helpers import report
 
 pytestmark = pytest.mark.e2e
 POLR = RESOURCES[0]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 #: namespace -> failing results of each of its reports
 WORKLOAD = {"web": [3, 1], "db": [4], "api": [2, 2, 1], "batch": [0]}
 #: then web's first report is fixed: three failures resolved
@@ -105,19 +102,6 @@ def dashboard(up) -> Iterator[tuple[Up, str, Sql]]:  # type: ignore[no-untyped-d
         code = proc.wait(timeout=30)
         proc.stdout.close()
         assert code == 0  # SIGTERM stops it cleanly
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    assert Path(CHROMIUM).exists(), "Debian's chromium is not installed (apt-get install chromium)"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _shots() -> Path:

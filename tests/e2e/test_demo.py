@@ -12,16 +12,16 @@ import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import BIN, Kubectl, Up
-from tests.e2e.test_dashboard import CHROMIUM
 
 pytestmark = pytest.mark.e2e
 
 
-def test_demo_runs_the_system_on_weeks_of_history(tmp_path: Path) -> None:
+def test_demo_runs_the_system_on_weeks_of_history(tmp_path: Path, browser: Any) -> None:
     data = tmp_path / "demo"
     demo = Up(data, {"REPORTS_TOPIC_PREFIX": "demo"}, verb="demo")
     try:
@@ -61,7 +61,7 @@ def test_demo_runs_the_system_on_weeks_of_history(tmp_path: Path) -> None:
         assert trends.returncode == 0, trends.stderr
         days = Counter(line.split()[0] for line in trends.stdout.splitlines()[1:])
         assert len(days) > 3, trends.stdout  # failures came and went over the days
-        screenshots(data)
+        screenshots(data, browser)
         assert demo.stop() == 0
     finally:
         demo.kill(group=True)
@@ -75,11 +75,9 @@ def test_demo_runs_the_system_on_weeks_of_history(tmp_path: Path) -> None:
         " (or run `reports-pipeline up` on this one)")
 
 
-def screenshots(data: Path) -> None:
+def screenshots(data: Path, browser: Any) -> None:
     """The dashboard over the demo's weeks, saved as README shows it
     (``REPORTS_DEMO_SCREENSHOTS`` names the directory)."""
-    from playwright.sync_api import sync_playwright
-
     out = Path(os.environ.get("REPORTS_DEMO_SCREENSHOTS", "test-artifacts/demo"))
     out.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([str(BIN / "reports-pipeline"), "dashboard", "--data-dir",
@@ -92,26 +90,19 @@ def screenshots(data: Path) -> None:
         assert match, line + proc.stdout.read()
         url = match[1]
         base = url.split("/?")[0]
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-                "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run"])
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.goto(url)
-                page.goto(base + "/?range=30d")
-                page.screenshot(path=str(out / "overview.png"), full_page=True)
-                page.goto(base + "/trends?range=30d&bucket=1d&rank=change")
-                # weeks of series: failures appearing and being fixed
-                assert page.locator("svg.chart polyline.series").count() > 3
-                page.screenshot(path=str(out / "trends.png"), full_page=True)
-                page.goto(base + "/resources?range=30d")
-                page.screenshot(path=str(out / "resources.png"), full_page=True)
-                page.click("#top-resources tbody tr:first-child td:nth-child(3) a")
-                page.wait_for_url(re.compile(r"rname="))
-                page.screenshot(path=str(out / "resource.png"), full_page=True)
-            finally:
-                browser.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)
+        page.goto(base + "/?range=30d")
+        page.screenshot(path=str(out / "overview.png"), full_page=True)
+        page.goto(base + "/trends?range=30d&bucket=1d&rank=change")
+        # weeks of series: failures appearing and being fixed
+        assert page.locator("svg.chart polyline.series").count() > 3
+        page.screenshot(path=str(out / "trends.png"), full_page=True)
+        page.goto(base + "/resources?range=30d")
+        page.screenshot(path=str(out / "resources.png"), full_page=True)
+        page.click("#top-resources tbody tr:first-child td:nth-child(3) a")
+        page.wait_for_url(re.compile(r"rname="))
+        page.screenshot(path=str(out / "resource.png"), full_page=True)
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
