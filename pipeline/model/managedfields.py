@@ -246,17 +246,15 @@ def update(live: JSON | None, new: JSON, *, manager: str, api_version: str) -> J
 
     for entry in entries:
         entry.paths = {p for p in entry.paths if not taken(p)}
-    mine = next((e for e in entries if e.manager == manager and e.operation == "Update"
-                 and e.api_version == api_version), None)
-    if mine is None:
-        if not changed:
-            return _render(copy.copy(new) | {"metadata": dict(new_meta)}, entries)
-        mine = _Entry(manager, "Update", api_version, set(), _now())
-        entries.append(mine)
     if changed:
+        mine = next((e for e in entries if e.manager == manager and e.operation == "Update"
+                     and e.api_version == api_version), None)
+        if mine is None:
+            mine = _Entry(manager, "Update", api_version, set(), _now())
+            entries.append(mine)
         mine.paths |= changed
         mine.time = _now()
-    return _render(copy.copy(new) | {"metadata": dict(new_meta)}, entries)
+    return _render({**new, "metadata": dict(new_meta)}, entries)
 
 
 def manager_from_user_agent(user_agent: str) -> str:
