@@ -3,6 +3,7 @@ tail for reads, the committer (through Kafka) for writes."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -256,13 +257,18 @@ class ReportService:
         await self.changelog.admit()
         with metrics.WRITE_COMMIT_SECONDS.labels(kwargs.get("op", "")).time():
             reply = await self._writer.submit(now=now_rfc3339(), dry_run=dry_run, **kwargs)
-        if reply.obj is None:
-            return await self.changelog.committed(
-                (kwargs["resource"], kwargs["namespace"], kwargs["name"]),
-                reply.resource_version)
-        if not dry_run:
+        if reply.obj is not None and dry_run:
+            return reply.obj
+        replied = time.perf_counter()
+        try:
+            if reply.obj is None:
+                return await self.changelog.committed(
+                    (kwargs["resource"], kwargs["namespace"], kwargs["name"]),
+                    reply.resource_version)
             await self.changelog.wait_for(reply.resource_version)
-        return reply.obj
+            return reply.obj
+        finally:
+            metrics.WRITE_STAGE_SECONDS.labels("visible").observe(time.perf_counter() - replied)
 
     async def create(self, rtype: ResourceType, namespace: str, obj: JSON, *,
                      dry_run: bool = False, manager: str = "", applied: bool = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -15,10 +16,12 @@ from pipeline.kafka import client as kafka
 from pipeline.model.messages import DecodeError, Reply, WriteRequest
 from pipeline.model.objects import object_key
 from pipeline.model.topics import PARTITION
+from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
+STAGE = metrics.WRITE_STAGE_SECONDS.labels
 
 
 class Writer:
@@ -87,17 +90,21 @@ class Writer:
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending[req.id] = fut
         try:
+            started = time.perf_counter()
             try:
                 await self._producer.send_and_wait(
                     self._settings.requests_topic, req.encode(),
                     key=object_key(resource, namespace, name).encode(), partition=PARTITION)
             except KafkaError as err:
                 raise Unavailable(f"cannot publish the write: {err}", retry_after=1) from err
+            produced = time.perf_counter()
             try:
                 reply = await asyncio.wait_for(fut, self._settings.write_timeout)
             except TimeoutError as err:
                 raise Timeout("the write was not confirmed in time; its outcome is unknown",
                               retry_after=1) from err
+            STAGE("produce").observe(produced - started)
+            STAGE("commit").observe(time.perf_counter() - produced)
         finally:
             self._pending.pop(req.id, None)
         if reply.status is not None:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from pipeline.commit.decision import Decision
@@ -154,8 +155,18 @@ class CommitService:
                 batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
                 records = batch.get(self._tp, [])
                 if records:
-                    async with self._lock:
-                        await self._process(records)
+                    # No fetch while this batch is decided and published: one
+                    # would return with only the requests that had arrived by
+                    # then, the first of the batch's time, and the rest would
+                    # wait behind one more transaction. Resumed, the consumer
+                    # fetches every request waiting by then.
+                    self._consumer.pause(self._tp)
+                    try:
+                        async with self._lock:
+                            await self._process(records)
+                    finally:
+                        with contextlib.suppress(IllegalStateError):
+                            self._consumer.resume(self._tp)
             except asyncio.CancelledError:
                 raise
             except Fenced:
@@ -198,11 +209,13 @@ class CommitService:
         if highwater is not None:
             metrics.CONSUMER_LAG.labels("committer").set(
                 max(0, highwater - records[-1].offset - 1))
+        taken = time.time()
         try:
-            with metrics.COMMITTER_TRANSACTION_SECONDS.labels("decide").time():
-                decisions = await self._committer.decide_batch(requests)
-            with metrics.COMMITTER_TRANSACTION_SECONDS.labels("publish").time():
-                await self.publish(requests, decisions, next_offset=records[-1].offset + 1)
+            decided = time.perf_counter()
+            decisions = await self._committer.decide_batch(requests)
+            published = time.perf_counter()
+            await self.publish(requests, decisions, next_offset=records[-1].offset + 1)
+            _observe(records, taken, published - decided, time.perf_counter() - published)
             await self._committer.trim()
         except BaseException:
             # Nothing of this batch is visible: decide it again, from state
@@ -256,6 +269,18 @@ class CommitService:
         # not assigned any more: its next owner starts from the committed offset
         with contextlib.suppress(KafkaError, AssertionError, ValueError):
             self._consumer.seek(self._tp, first if committed is None else committed)
+
+
+def _observe(records: list[Any], taken: float, decide: float, publish: float) -> None:
+    """A committed batch's times: per batch, and per write (each request waited
+    in its topic from its publication until ``taken``)."""
+    metrics.COMMITTER_TRANSACTION_SECONDS.labels("decide").observe(decide)
+    metrics.COMMITTER_TRANSACTION_SECONDS.labels("publish").observe(publish)
+    stage = metrics.WRITE_STAGE_SECONDS.labels
+    for record in records:
+        stage("queue").observe(max(0.0, taken - record.timestamp / 1000))
+        stage("decide").observe(decide)
+        stage("transaction").observe(publish)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -96,6 +96,12 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
     assert value("reports_committer_batch_requests_count") >= 1
     for step in ("decide", "publish"):
         assert value("reports_committer_transaction_seconds_count", step=step) >= 1, step
+    # where a write's time goes: one sample per write at every stage
+    writes = since("reports_write_stage_seconds_count") and {
+        stage: value("reports_write_stage_seconds_count", stage=stage)
+        for stage in ("produce", "queue", "decide", "transaction", "commit", "visible")}
+    assert writes and min(writes.values()) >= 1, writes
+    assert writes["queue"] == writes["decide"] == writes["transaction"], writes
     for operation in ("read", "write", "analytics"):
         assert value("reports_clickhouse_query_seconds_count", operation=operation) >= 1
     assert value("reports_authorization_decisions_total", decision="allowed") >= 10
@@ -118,6 +124,6 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_write_commit_seconds", "reports_commit_to_clickhouse_seconds",
         "reports_consumer_lag_records", "reports_clickhouse_query_seconds",
         "reports_committer_batch_requests", "reports_committer_transaction_seconds",
-        "reports_authorization_decisions",
+        "reports_write_stage_seconds", "reports_authorization_decisions",
         "reports_clickhouse_memory_bytes", "reports_python_allocated_blocks",
         "reports_event_loop_lag_seconds"}
