@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import ssl
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,14 +34,47 @@ class Listed:
     items: int | None = None
 
 
+def _credentials(path: Path) -> tuple[str, ssl.SSLContext, dict[str, str]]:
+    """The server, TLS context and headers of a kubeconfig's current context:
+    a bearer token or a client certificate (in files or inline), the server's
+    CA (in a file, inline, or the system's)."""
+    config = yaml.safe_load(path.read_text())
+    contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
+    context: dict[str, Any] = (contexts.get(config.get("current-context", ""))
+                               or next(iter(contexts.values()), {}))
+
+    def named(kind: str, name: str | None) -> dict[str, Any]:
+        entries = {e["name"]: e[kind[:-1]] for e in config.get(kind) or []}
+        found: dict[str, Any] = entries.get(name or "") or next(iter(entries.values()), {})
+        return found
+    cluster, user = named("clusters", context.get("cluster")), named("users", context.get("user"))
+    base = path.parent
+
+    def pem(key: str) -> str | None:
+        if f"{key}-data" in (cluster | user):
+            return base64.b64decode((cluster | user)[f"{key}-data"]).decode()
+        if key in (cluster | user):
+            return (base / (cluster | user)[key]).read_text()
+        return None
+
+    ca = pem("certificate-authority")
+    context_ssl = ssl.create_default_context(cadata=ca) if ca else ssl.create_default_context()
+    if cluster.get("insecure-skip-tls-verify"):
+        context_ssl.check_hostname = False
+        context_ssl.verify_mode = ssl.CERT_NONE
+    cert, key = pem("client-certificate"), pem("client-key")
+    if cert and key:
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "c").write_text(cert)
+            (Path(tmp) / "k").write_text(key)
+            context_ssl.load_cert_chain(Path(tmp) / "c", Path(tmp) / "k")
+    headers = {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
+    return str(cluster["server"]).rstrip("/"), context_ssl, headers
+
+
 class Client:
     def __init__(self, kubeconfig: Path, *, connections: int = 128):
-        config = yaml.safe_load(kubeconfig.read_text())
-        cluster = config["clusters"][0]["cluster"]
-        self.server = cluster["server"].rstrip("/")
-        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        self._ssl = ssl.create_default_context(cadata=ca)
-        self._headers = {"Authorization": f"Bearer {config['users'][0]['user']['token']}"}
+        self.server, self._ssl, self._headers = _credentials(kubeconfig)
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
 

@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 import psutil
 
-from bench import analytics, soak
+from bench import analytics, sidebyside, soak
+from bench.baseline import EtcdCrds
 from bench.client import TABLE, Client, RequestFailed
 from bench.figures import Report, percentile
 from bench.running import RunningSystem
@@ -51,11 +52,27 @@ class Options:
     list_runs: int = 3
     analytics_reports: int = 100_000
     analytics_runs: int = 5
-    #: minutes of the sustained phase (0: none)
+    #: minutes of the sustained phase (0: none), at each number of clients
     soak_minutes: float = 5.0
+    #: the fewer clients of the compared phases (``concurrency`` the more)
+    few_clients: int = 16
+    #: measure the etcd-CRD baseline too
+    baseline: bool = True
+    #: minutes of the baseline's sustained phase (None: ``soak_minutes``, 5 at most)
+    baseline_soak_minutes: float | None = None
+    #: a kubeconfig of another Kubernetes API to drive the same way
+    against: Path | None = None
     mix: str = str(Mix())
     seed: int = 1
     data_dir: Path | None = None
+
+    def client_counts(self) -> tuple[int, ...]:
+        return tuple(sorted({self.few_clients, self.concurrency}))
+
+    def others_soak_minutes(self) -> float:
+        if self.baseline_soak_minutes is not None:
+            return self.baseline_soak_minutes
+        return min(self.soak_minutes, 5.0)
 
     @classmethod
     def quick(cls) -> Options:
@@ -183,8 +200,8 @@ async def run(options: Options, *, progress: Callable[[str], None] = print) -> R
                     for k, v in asdict(options).items()}}
     base = options.data_dir or Path(tempfile.mkdtemp(prefix="reports-bench-"))
     keep = options.data_dir is not None
-    rng = random.Random(options.seed)
     mix = Mix.parse(options.mix)
+    clients = options.client_counts()
     try:
         system = RunningSystem(base / "system")
         started = time.perf_counter()
@@ -192,9 +209,27 @@ async def run(options: Options, *, progress: Callable[[str], None] = print) -> R
         report.add("startup", time.perf_counter() - started, "s",
                    note="reports-pipeline up until ready (broker, chDB, worker, frontend)")
         try:
-            await _against(system, options, report, mix, rng, progress)
+            ours = await _this_system(system, options, report, mix, progress)
         finally:
             await system.stop()
+        baseline = None
+        if options.baseline:
+            etcd = EtcdCrds(base / "etcd-crds", progress=progress)
+            await etcd.start()
+            try:
+                baseline = await _other(sidebyside.Api(
+                    etcd.name, sidebyside.Servers(etcd.processes), etcd.disk, _nothing),
+                    etcd.kubeconfig, options, mix, progress,
+                    soak_minutes=options.others_soak_minutes())
+            finally:
+                await etcd.stop()
+        others = []
+        if options.against is not None:
+            others.append(await _other(sidebyside.Api("against", None, None, _nothing),
+                                       options.against, options, mix, progress,
+                                       soak_minutes=options.others_soak_minutes()))
+        sidebyside.side_by_side(report, sidebyside.compared(clients, options.list_size), ours,
+                                baseline, others)
         comparison = await analytics.compare(base / "analytics",
                                              reports=options.analytics_reports,
                                              runs=options.analytics_runs, progress=progress)
@@ -205,12 +240,49 @@ async def run(options: Options, *, progress: Callable[[str], None] = print) -> R
     return report
 
 
-async def _against(system: RunningSystem, options: Options, report: Report, mix: Mix,
-                   rng: random.Random, progress: Callable[[str], None]) -> None:
+async def _nothing(client: Client) -> None:
+    return None
+
+
+def _workload(options: Options) -> tuple[random.Random, list[Resource], list[Resource],
+                                         Resource]:
+    """The same reports for every API measured: the workload's Pods, the list
+    namespace's, and the freshness probe."""
+    rng = random.Random(options.seed)
     pool = resources(options.resources, options.namespaces, prefix="bench", rng=rng)
     listed = [replace(r, namespace="bench-list") for r in
               resources(options.list_size, 1, prefix="bench-list", rng=rng)]
     probe = resources(1, 1, prefix="bench-fresh", rng=rng)[0]
+    return rng, pool, listed, probe
+
+
+async def _other(api: sidebyside.Api, kubeconfig: Path, options: Options, mix: Mix,
+                 progress: Callable[[str], None], *, soak_minutes: float
+                 ) -> sidebyside.Measured:
+    """The compared phases on an API other than this system."""
+    rng, pool, listed, _ = _workload(options)
+    clients = options.client_counts()
+    async with Client(kubeconfig, connections=max(clients) + 8) as client:
+        driver = Driver(client, mix, rng)
+
+        async def sustained(n: int) -> Run | None:
+            if soak_minutes <= 0:
+                return None
+            progress(f"{api.name}: sustained mixed traffic, {n} clients,"
+                     f" {soak_minutes:g} min")
+            return await closed_loop(driver, pool, concurrency=n, duration=soak_minutes * 60)
+
+        return await sidebyside.measure(
+            api, client, driver, pool=pool, listed=listed, clients=clients,
+            duration=options.duration, list_runs=options.list_runs, soak=sustained,
+            progress=progress)
+
+
+async def _this_system(system: RunningSystem, options: Options, report: Report, mix: Mix,
+                       progress: Callable[[str], None]) -> sidebyside.Measured:
+    rng, pool, listed, probe = _workload(options)
+    clients = options.client_counts()
+    many = max(clients)
     written = Run()
 
     def tally(r: Run) -> Run:
@@ -218,114 +290,135 @@ async def _against(system: RunningSystem, options: Options, report: Report, mix:
         written.versions_written += r.versions_written
         return r
 
-    async with Client(system.kubeconfig, connections=options.concurrency + 8) as client:
+    api = sidebyside.Api("this system", sidebyside.Servers(
+        lambda: [psutil.Process(system.pid)]), system.disk, _settle, namespaces=False)
+    async with Client(system.kubeconfig, connections=many + options.watchers + 8) as client:
         driver = Driver(client, mix, rng)
-        progress(f"seeding {len(pool)} workload reports")
-        tally(await _seed(driver, pool + [probe], options.concurrency))
+        tally(await _seed(driver, [probe], 1))
 
-        progress(f"mixed traffic ({mix}) for {options.duration:g}s")
-        mixed = tally(await closed_loop(driver, pool, concurrency=options.concurrency,
-                                        duration=options.duration))
-        report.add("write throughput", len(mixed.writes()) / mixed.seconds, "writes/s",
-                   (">=", 1000), note=f"mix {mix}, {options.concurrency} clients, "
-                   f"{len(mixed.reads()) / mixed.seconds:.0f} reads/s alongside"
-                   + _errors(mixed))
+        async def own_phases(client: Client, driver: Driver,
+                             ours: sidebyside.Measured) -> None:
+            await _latency_and_watch(system, client, options, report, mix, rng, pool, probe,
+                                     tally, progress)
 
-        await _settle(client)
-        progress(f"writes at {options.rate:g}/s for {options.latency_duration:g}s")
-        write_mix = replace(mix, read=0)
-        paced = tally(await open_loop(Driver(client, write_mix, rng), pool, rate=options.rate,
-                                      duration=options.latency_duration))
-        writes = paced.writes()
-        note = f"offered {options.rate:g}/s, achieved {len(writes) / paced.seconds:.0f}/s"
-        report.add("write latency p50", percentile(writes, 50) * 1000, "ms", note=note)
-        report.add("write latency p99", percentile(writes, 99) * 1000, "ms", ("<", 100),
-                   note=note + _errors(paced))
-
-        await _settle(client)
-        progress(f"writes at {options.low_rate:g}/s for {options.latency_duration:g}s")
-        paced = tally(await open_loop(Driver(client, write_mix, rng), pool,
-                                      rate=options.low_rate, duration=options.latency_duration))
-        writes = paced.writes()
-        note = f"offered {options.low_rate:g}/s, achieved {len(writes) / paced.seconds:.0f}/s"
-        report.add(f"write latency p50 at {options.low_rate:g}/s",
-                   percentile(writes, 50) * 1000, "ms", note=note)
-        report.add(f"write latency p99 at {options.low_rate:g}/s",
-                   percentile(writes, 99) * 1000, "ms", note=note + _errors(paced))
-
-        await _settle(client)
-        progress(f"{options.watchers} watchers, writes at {options.watch_rate:g}/s,"
-                 " freshness probes")
-        stop = asyncio.Event()
-        fresh_task = asyncio.create_task(_freshness(client, Driver(client, mix, rng), probe,
-                                                    stop, rng))
-        try:
-            lags, missing, watched = await _watch_lag(
-                system, Driver(client, write_mix, rng), pool, watchers=options.watchers,
-                rate=options.watch_rate, duration=options.watch_duration)
-        finally:
-            stop.set()
-            fresh = await fresh_task
-        note = (f"{options.watchers} watchers x {len(watched)} writes; "
-                f"{missing} events not delivered in time; from the write's start")
-        report.add("watch lag p50", percentile(lags, 50) * 1000, "ms", note=note)
-        report.add("watch lag p99", percentile(lags, 99) * 1000, "ms", ("<", 250),
-                   note=f"the same writes were acknowledged at p50 "
-                   f"{percentile(watched, 50) * 1000:.0f} ms, p99 "
-                   f"{percentile(watched, 99) * 1000:.0f} ms")
-        report.add("freshness p50", percentile(fresh, 50), "s",
-                   note=f"{len(fresh)} probes during the watch phase: write acknowledged ->"
-                   " in policy_counts and policy_windows")
-        report.add("freshness p99", percentile(fresh, 99), "s", ("<", 2))
-
-        await _settle(client)
-        # The large namespace comes last: the write figures above are measured
-        # on a small table, as the phases before always were.
-        progress(f"seeding {len(listed)} reports in one namespace")
-        seed = tally(await _seed(driver, listed, options.concurrency))
-        report.add("create throughput", len(seed.writes()) / seed.seconds, "writes/s",
-                   note=f"{len(listed)} PolicyReport creates, {options.concurrency} clients")
-        n = len(seed.completed)
-        window = min(1000, n // 2)
-        report.add("create throughput, first creates", seed.rate(0, window), "writes/s",
-                   note=f"the first {window}")
-        report.add("create throughput, last creates", seed.rate(n - window, n), "writes/s",
-                   note=f"the last {window} (does the pace hold as the log and tables grow?)")
-        await _settle(client)
-        await _lists(system, client, options, report, progress)
-
-        rows = await client.query(
-            "SELECT table, sum(bytes_on_disk) AS bytes FROM system.parts WHERE active"
-            " AND database = currentDatabase() GROUP BY table ORDER BY bytes DESC")
-        on_disk = sum(int(r[1]) for r in rows)
-        tables = ", ".join(f"{r[0]} {int(r[1]) / max(written.versions_written, 1):.0f}"
-                           for r in rows[:4])
-        versions = written.versions_written
-        raw = written.bytes_written / max(versions, 1)
-        per_report = on_disk / max(versions, 1)
-        report.add("ClickHouse bytes per report", per_report, "bytes",
-                   note=f"{versions} stored versions; per table: {tables}")
-        report.add("raw JSON bytes per report", raw, "bytes")
-        report.add("storage ratio", per_report / raw, "x raw", ("<=", 0.1))
-
-        await _scrape_metrics(client, report)
-        if options.soak_minutes > 0:
-            # Last: its writes are not to weigh on the figures above (the
-            # broker's log and ClickHouse's parts grow with them).
-            await _settle(client)
-            progress(f"soak: mixed traffic ({mix}) for {options.soak_minutes:g} min,"
-                     f" {options.concurrency} clients")
-            sustained = await soak.sustain(Driver(client, mix, rng), pool,
-                                           minutes=options.soak_minutes,
-                                           concurrency=options.concurrency, pid=system.pid,
-                                           progress=progress)
-            reads = len(sustained.run.reads()) / sustained.run.seconds
-            window = Settings.from_env().window_seconds
-            soak.figures(report, sustained, note=f"{options.soak_minutes:g} min of mix {mix},"
-                         f" {options.concurrency} clients, {reads:.0f} reads/s alongside",
-                         full_after=(WINDOWS_KEPT + 1) * window + soak.MINUTE)
-            progress("soak per minute:\n" + soak.table(sustained.minutes()))
+        async def at_rest(client: Client, driver: Driver, ours: sidebyside.Measured) -> None:
+            mixed = ours.runs[f"mixed@{many}"]
+            report.add("write throughput", ours.values[f"writes@{many}"], "writes/s",
+                       (">=", 1000), note=f"mix {mix}, {many} clients, "
+                       f"{len(mixed.reads()) / mixed.seconds:.0f} reads/s alongside"
+                       + _errors(mixed))
+            seed = ours.runs["create"]
+            report.add("create throughput", len(seed.writes()) / seed.seconds, "writes/s",
+                       note=f"{len(listed)} PolicyReport creates, {min(clients)} clients")
+            n = len(seed.completed)
+            window = min(1000, n // 2)
+            report.add("create throughput, first creates", seed.rate(0, window), "writes/s",
+                       note=f"the first {window}")
+            report.add("create throughput, last creates", seed.rate(n - window, n),
+                       "writes/s", note=f"the last {window} (does the pace hold as the log"
+                       " and tables grow?)")
+            await _lists(system, client, options, report, progress)
+            await _storage(client, report, written, ours)
             await _scrape_metrics(client, report)
+
+        async def sustained(n: int) -> Run | None:
+            if options.soak_minutes <= 0:
+                return None
+            await _settle(client)
+            progress(f"this system: sustained mixed traffic ({mix}), {n} clients,"
+                     f" {options.soak_minutes:g} min")
+            phase = await soak.sustain(Driver(client, mix, rng), pool,
+                                       minutes=options.soak_minutes, concurrency=n,
+                                       pid=system.pid, progress=progress)
+            if n == many:  # the memory figures, of the many clients' phase
+                reads = len(phase.run.reads()) / phase.run.seconds
+                window = Settings.from_env().window_seconds
+                soak.figures(report, phase, note=f"{options.soak_minutes:g} min of mix {mix},"
+                             f" {n} clients, {reads:.0f} reads/s alongside",
+                             full_after=(WINDOWS_KEPT + 1) * window + soak.MINUTE)
+                progress("soak per minute:\n" + soak.table(phase.minutes()))
+            return phase.run
+
+        ours = await sidebyside.measure(
+            api, client, driver, pool=pool, listed=listed, clients=clients,
+            duration=options.duration, list_runs=options.list_runs, soak=sustained,
+            between=own_phases, before_sustained=at_rest, progress=progress)
+        await _scrape_metrics(client, report)
+    return ours
+
+
+async def _storage(client: Client, report: Report, written: Run,
+                   ours: sidebyside.Measured) -> None:
+    rows = await client.query(
+        "SELECT table, sum(bytes_on_disk) AS bytes FROM system.parts WHERE active"
+        " AND database = currentDatabase() GROUP BY table ORDER BY bytes DESC")
+    on_disk = sum(int(r[1]) for r in rows)
+    raw_bytes, versions = ours.written()
+    raw_bytes += written.bytes_written
+    versions += written.versions_written
+    tables = ", ".join(f"{r[0]} {int(r[1]) / max(versions, 1):.0f}" for r in rows[:4])
+    raw = raw_bytes / max(versions, 1)
+    per_report = on_disk / max(versions, 1)
+    report.add("ClickHouse bytes per report", per_report, "bytes",
+               note=f"{versions} stored versions; per table: {tables}")
+    report.add("raw JSON bytes per report", raw, "bytes")
+    report.add("storage ratio", per_report / raw, "x raw", ("<=", 0.1))
+
+
+async def _latency_and_watch(system: RunningSystem, client: Client, options: Options,
+                             report: Report, mix: Mix, rng: random.Random,
+                             pool: list[Resource], probe: Resource,
+                             tally: Callable[[Run], Run],
+                             progress: Callable[[str], None]) -> None:
+    """This system's own phases: latency at offered rates, watch lag and the
+    freshness of the trend tables."""
+    await _settle(client)
+    progress(f"writes at {options.rate:g}/s for {options.latency_duration:g}s")
+    write_mix = replace(mix, read=0)
+    paced = tally(await open_loop(Driver(client, write_mix, rng), pool, rate=options.rate,
+                                  duration=options.latency_duration))
+    writes = paced.writes()
+    note = f"offered {options.rate:g}/s, achieved {len(writes) / paced.seconds:.0f}/s"
+    report.add("write latency p50", percentile(writes, 50) * 1000, "ms", note=note)
+    report.add("write latency p99", percentile(writes, 99) * 1000, "ms", ("<", 100),
+               note=note + _errors(paced))
+
+    await _settle(client)
+    progress(f"writes at {options.low_rate:g}/s for {options.latency_duration:g}s")
+    paced = tally(await open_loop(Driver(client, write_mix, rng), pool,
+                                  rate=options.low_rate, duration=options.latency_duration))
+    writes = paced.writes()
+    note = f"offered {options.low_rate:g}/s, achieved {len(writes) / paced.seconds:.0f}/s"
+    report.add(f"write latency p50 at {options.low_rate:g}/s",
+               percentile(writes, 50) * 1000, "ms", note=note)
+    report.add(f"write latency p99 at {options.low_rate:g}/s",
+               percentile(writes, 99) * 1000, "ms", note=note + _errors(paced))
+
+    await _settle(client)
+    progress(f"{options.watchers} watchers, writes at {options.watch_rate:g}/s,"
+             " freshness probes")
+    stop = asyncio.Event()
+    fresh_task = asyncio.create_task(_freshness(client, Driver(client, mix, rng), probe,
+                                                stop, rng))
+    try:
+        lags, missing, watched = await _watch_lag(
+            system, Driver(client, write_mix, rng), pool, watchers=options.watchers,
+            rate=options.watch_rate, duration=options.watch_duration)
+    finally:
+        stop.set()
+        fresh = await fresh_task
+    note = (f"{options.watchers} watchers x {len(watched)} writes; "
+            f"{missing} events not delivered in time; from the write's start")
+    report.add("watch lag p50", percentile(lags, 50) * 1000, "ms", note=note)
+    report.add("watch lag p99", percentile(lags, 99) * 1000, "ms", ("<", 250),
+               note=f"the same writes were acknowledged at p50 "
+               f"{percentile(watched, 50) * 1000:.0f} ms, p99 "
+               f"{percentile(watched, 99) * 1000:.0f} ms")
+    report.add("freshness p50", percentile(fresh, 50), "s",
+               note=f"{len(fresh)} probes during the watch phase: write acknowledged ->"
+               " in policy_counts and policy_windows")
+    report.add("freshness p99", percentile(fresh, 99), "s", ("<", 2))
+    await _settle(client)
 
 
 async def _scrape_metrics(client: Client, report: Report) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.baseline import directory_bytes
 from pipeline.runtime.processes import die_with_parent
 
 
@@ -32,6 +33,13 @@ class RunningSystem:
     def pid(self) -> int:
         assert self._proc is not None
         return self._proc.pid
+
+    def disk(self) -> tuple[int, str]:
+        """Bytes of the data directory on disk, and what they are."""
+        kafka = directory_bytes(self.data_dir / "kafka")
+        total = directory_bytes(self.data_dir)
+        return total, (f"the data directory: Kafka's logs {kafka / 2**20:.1f} MiB, the rest"
+                       f" (ClickHouse, the worker's tables) {(total - kafka) / 2**20:.1f} MiB")
 
     def rss(self) -> int:
         return int(psutil.Process(self.pid).memory_info().rss)

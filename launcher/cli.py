@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import secrets
+import signal
 import statistics
 import sys
 import textwrap
@@ -41,6 +42,7 @@ from bench.figures import Report
 from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
 from bench.runner import write_json
+from bench.sidebyside import table as side_by_side_table
 from bench.workload import Mix, ephemeral_report, policy_report, resources
 from launcher import demo
 from launcher.broker import BrokerError
@@ -337,7 +339,9 @@ def _parser() -> argparse.ArgumentParser:
             ("resources", int, "Pods with a PolicyReport that the traffic writes"),
             ("namespaces", int, "namespaces the workload's Pods are spread over"),
             ("list-size", int, "reports in the namespace that is listed"),
-            ("concurrency", int, "clients of the throughput phases"),
+            ("concurrency", int, "clients of the throughput phases (the more of the two"
+             " compared side by side)"),
+            ("few-clients", int, "the fewer clients of the phases compared side by side"),
             ("duration", float, "seconds of the throughput phase"),
             ("rate", float, "offered writes/s of the latency phase"),
             ("low-rate", float, "offered writes/s of a second latency phase, below capacity"),
@@ -348,14 +352,23 @@ def _parser() -> argparse.ArgumentParser:
             ("analytics-reports", int, "reports loaded for the analytics comparison"),
             ("mix", str, "traffic proportions, e.g. admission=50,background=40,read=10"),
             ("seed", int, "random seed of the workload"),
-            ("soak-minutes", float, "minutes of the sustained phase (0: none)")):
+            ("soak-minutes", float, "minutes of the sustained phase at each number of"
+             " clients (0: none)"),
+            ("baseline-soak-minutes", float, "minutes of the etcd-CRD baseline's (and"
+             " --against's) sustained phase (default: --soak-minutes, 5 at most)")):
         field = name.replace("-", "_")
         bench.add_argument(f"--{name}", type=kind, default=None,
                            help=f"{text} (default {getattr(defaults, field)};"
                                 f" --quick: {getattr(BenchOptions.quick(), field)})")
+    bench.add_argument("--no-baseline", dest="baseline", action="store_false", default=None,
+                       help="do not measure the etcd-CRD baseline (kube-apiserver and etcd,"
+                            " built from their Go modules on first use)")
+    bench.add_argument("--against", type=Path, metavar="KUBECONFIG",
+                       help="also drive the compared phases against the Kubernetes API of"
+                            " this kubeconfig (a column of its own beside the baseline)")
     bench.add_argument("--data-dir", type=Path,
-                       help="keep the system's and PostgreSQL's data here (default: a"
-                            " temporary directory, removed afterwards)")
+                       help="keep the system's, the baseline's and PostgreSQL's data here"
+                            " (default: a temporary directory, removed afterwards)")
     bench.add_argument("--output", type=Path, default=Path("bench-results.json"),
                        help="where the figures are written as JSON")
     return parser
@@ -374,15 +387,35 @@ def _bench(args: argparse.Namespace) -> int:
             except OSError as err:
                 raise OSError(f"cannot use --data-dir {args.data_dir}:"
                               f" {err.strerror or err}") from err
-        report = asyncio.run(bench_run(options, progress=lambda m: print(f"-- {m}", flush=True)))
+        if options.against is not None and not options.against.is_file():
+            raise ValueError(f"--against {options.against}: no such kubeconfig")
+        report = asyncio.run(_stopped_by_sigterm(
+            bench_run(options, progress=lambda m: print(f"-- {m}", flush=True))))
     except (ValueError, OSError, RuntimeError) as err:
         print(f"reports-pipeline bench: {err}", file=sys.stderr)
         return 1
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        # everything the run started was stopped on its way out
+        print("reports-pipeline bench: stopped", file=sys.stderr)
+        return 130
     _validation_cost(report)
     print(report.table())
+    compared = side_by_side_table(report)
+    if compared:
+        print("\nSide by side (ratio: this system over etcd CRDs, in the same run):")
+        print(compared)
     written = write_json(report, args.output)
     print("figures written to " + " and ".join(str(p) for p in written))
     return 0
+
+
+async def _stopped_by_sigterm(main: Coroutine[Any, Any, Report]) -> Report:
+    """``main``, cancelled by SIGTERM as Ctrl-C cancels it: every process it
+    started is stopped by its cleanup rather than left running."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await main
 
 
 def _validation_cost(report: Report, runs: int = 5, each: int = 1000) -> None:

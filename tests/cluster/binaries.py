@@ -1,114 +1,48 @@
-"""The real control plane and Kyverno for the real-cluster tier, built from
-their Go modules (``modules/``: each a small module that requires the upstream
-one at a pinned version) and cached under ``~/.cache/reports-pipeline/cluster``,
-built again only when a module's go.mod, go.sum or sources change. A cold
-build of them all takes about ten minutes on two cores; a cached one, none."""
+"""The binaries of the real-cluster tier: kube-apiserver, kube-controller-manager
+and etcd as the benchmark builds them (``bench.binaries``), and Kyverno and a
+client-go program from this tier's own modules (``modules/``), cached the same
+way. A cold build of them all takes about ten minutes on two cores."""
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
 import re
 import shutil
 import subprocess
-import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+
+from bench import binaries as bench
+from bench.binaries import Build, cache_root, go
 
 MODULES = Path(__file__).resolve().parent / "modules"
 HELM_VERSION = "v3.22.0"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "reports-pipeline"
-
-
-def go() -> str:
-    found = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(found).exists():
-        raise RuntimeError("the Go toolchain is not installed (the real-cluster tier builds"
-                           " kube-apiserver, etcd and Kyverno with it)")
-    return found
-
-
-def required(module: str, dependency: str) -> str:
-    """The version of ``dependency`` that ``modules/<module>/go.mod`` requires."""
-    text = (MODULES / module / "go.mod").read_text()
-    found = re.search(rf"^\s*(?:require\s+)?{re.escape(dependency)} (v\S+)", text, re.M)
-    if found is None:
-        raise RuntimeError(f"modules/{module}/go.mod does not require {dependency}")
-    return found.group(1)
-
-
-@dataclass(frozen=True)
-class Build:
-    module: str  # a directory of modules/
-    packages: tuple[str, ...]
-    ldflags: str = "-s -w"
-
-    def key(self) -> str:
-        digest = hashlib.sha256(self.ldflags.encode())
-        for path in sorted((MODULES / self.module).iterdir()):
-            if path.suffix in (".go", ".mod", ".sum"):
-                digest.update(path.name.encode() + b"\0" + path.read_bytes())
-        return digest.hexdigest()[:16]
-
-
-def _kubernetes() -> Build:
-    version = required("kubernetes", "k8s.io/kubernetes")
-    major, minor = version.lstrip("v").split(".")[:2]
-    stamp = " ".join(f"-X k8s.io/component-base/version.{k}={v}" for k, v in (
-        ("gitVersion", version), ("gitMajor", major), ("gitMinor", minor),
-        ("gitTreeState", "clean")))
-    return Build("kubernetes", ("k8s.io/kubernetes/cmd/kube-apiserver",
-                                "k8s.io/kubernetes/cmd/kube-controller-manager"),
-                 f"-s -w {stamp}")
-
-
 def _kyverno() -> Build:
-    version = required("kyverno", "github.com/kyverno/kyverno")
-    return Build("kyverno", ("github.com/kyverno/kyverno/cmd/kyverno",
-                             "github.com/kyverno/kyverno/cmd/reports-controller"),
+    module = MODULES / "kyverno"
+    version = bench.required(module, "github.com/kyverno/kyverno")
+    return Build("kyverno", module, ("github.com/kyverno/kyverno/cmd/kyverno",
+                                     "github.com/kyverno/kyverno/cmd/reports-controller"),
                  f"-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion={version}")
 
 
-BUILDS = {"kubernetes": _kubernetes, "etcd": lambda: Build("etcd", (".",)),
-          "kyverno": _kyverno, "clientgo": lambda: Build("clientgo", (".",))}
+BUILDS: dict[str, Callable[[], Build]] = {
+    **bench.BUILDS, "kyverno": _kyverno,
+    "clientgo": lambda: Build("clientgo", MODULES / "clientgo", (".",))}
 
 
 def binaries(name: str) -> Path:
-    """The directory holding the binaries of build ``name``, built first when
-    the cache has none for its current sources."""
-    build = BUILDS[name]()
-    root = cache_root() / "cluster"
-    target = root / f"{name}-{build.key()}"
-    if (target / ".complete").exists():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; the others wait for it
-        if (target / ".complete").exists():
-            return target
-        staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
-        out = staging / name if build.packages == (".",) else staging
-        subprocess.run([go(), "build", "-trimpath", f"-ldflags={build.ldflags}", "-o",
-                        f"{out}{os.sep if out == staging else ''}", *build.packages],
-                       cwd=MODULES / build.module, check=True,
-                       env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"})
-        (staging / ".complete").touch()
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-    return target
+    return bench.built(BUILDS[name]())
 
 
 def module_source(name: str, dependency: str) -> Path:
     """The source of ``dependency`` as the Go module cache holds it (its
     release manifests and CRDs are read from there)."""
-    version = required(name, dependency)
+    module = BUILDS[name]().module
+    version = bench.required(module, dependency)
     listed = subprocess.run([go(), "mod", "download", "-json", f"{dependency}@{version}"],
-                            cwd=MODULES / name, capture_output=True, text=True, check=True)
+                            cwd=module, capture_output=True, text=True, check=True)
     found = re.search(r'"Dir":\s*"([^"]+)"', listed.stdout)
     if found is None:
         raise RuntimeError(f"go mod download {dependency}@{version} named no directory")

@@ -11,7 +11,6 @@ Every process runs in it, and so does every client the tests start
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -20,17 +19,14 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
-from apiserver.tls import subject_alternative_name
+from bench.pki import Authority, key_pem, kubeconfig
 from pipeline.runtime.processes import die_with_parent
 from tests.e2e.conftest import kubectl_binary
 
@@ -108,84 +104,6 @@ def wait_until(check: Callable[[], bool], what: str, *, timeout: float = 60,
         time.sleep(every)
 
 
-# -- certificates ----------------------------------------------------------
-
-Key = ec.EllipticCurvePrivateKey
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _key_pem(key: Key | rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-class Authority:
-    """A CA that issues serving and client certificates into ``directory``."""
-
-    def __init__(self, directory: Path, name: str):
-        self.directory = directory
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.now(UTC)
-        self.cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-                     .public_key(self.key.public_key())
-                     .serial_number(x509.random_serial_number())
-                     .not_valid_before(now - timedelta(minutes=5))
-                     .not_valid_after(now + timedelta(days=2))
-                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-                     .add_extension(x509.KeyUsage(False, False, False, False, False, True, True,
-                                                  False, False), True)
-                     .sign(self.key, hashes.SHA256()))
-        self.file = directory / f"{name}.crt"
-        self.file.write_bytes(_pem(self.cert))
-
-    @property
-    def pem(self) -> bytes:
-        return _pem(self.cert)
-
-    def issue(self, name: str, *, organizations: Sequence[str] = (),
-              hosts: Sequence[str] = ()) -> tuple[Path, Path]:
-        """(cert, key) files: a client certificate, or a serving one for ``hosts``."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-        subject = x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.now(UTC)
-        builder = (x509.CertificateBuilder().subject_name(subject)
-                   .issuer_name(self.cert.subject).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number())
-                   .not_valid_before(now - timedelta(minutes=5))
-                   .not_valid_after(now + timedelta(days=2))
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
-                   .add_extension(x509.ExtendedKeyUsage(
-                       [ExtendedKeyUsageOID.SERVER_AUTH if hosts
-                        else ExtendedKeyUsageOID.CLIENT_AUTH]), False))
-        if hosts:
-            builder = builder.add_extension(x509.SubjectAlternativeName(
-                [subject_alternative_name(h) for h in hosts]), False)
-        cert = builder.sign(self.key, hashes.SHA256())
-        cert_file = self.directory / f"{name.replace(':', '-')}.crt"
-        key_file = cert_file.with_suffix(".key")
-        cert_file.write_bytes(_pem(cert))
-        key_file.write_bytes(_key_pem(key))
-        return cert_file, key_file
-
-
-def kubeconfig(path: Path, *, server: str, ca: bytes, cert: Path | None = None,
-               key: Path | None = None, token: str | None = None) -> Path:
-    user: dict[str, str] = {"token": token} if token else {
-        "client-certificate": str(cert), "client-key": str(key)}
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca).decode()}}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    return path
-
-
 # -- the control plane -----------------------------------------------------
 
 class ControlPlane:
@@ -235,7 +153,7 @@ class ControlPlane:
                                        organizations=["system:masters"])
         proxy_client = self.front_proxy_ca.issue("front-proxy-client")
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        (pki / "sa.key").write_bytes(_key_pem(sa_key))
+        (pki / "sa.key").write_bytes(key_pem(sa_key))
         (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         # the reviews the frontend asks for, as they arrive (tests read them)
