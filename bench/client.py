@@ -32,6 +32,8 @@ class Listed:
     seconds: float
     size: int
     items: int | None = None
+    #: the continue token of a page (empty: the last)
+    continue_token: str = ""
 
 
 def _credentials(path: Path) -> tuple[str, ssl.SSLContext, dict[str, str]]:
@@ -119,7 +121,7 @@ class Client:
         return await self.request("GET", path)
 
     async def list_timed(self, path: str, *, accept: str = "application/json") -> Listed:
-        """GET a collection and read it to the last byte."""
+        """GET a collection, timed to its last byte (parsing it is not timed)."""
         started = time.perf_counter()
         size = 0
         async with self.session.get(path, headers={"Accept": accept}) as response:
@@ -132,7 +134,7 @@ class Client:
         seconds = time.perf_counter() - started
         body = orjson.loads(b"".join(chunks))
         items = len(body.get("items") or body.get("rows") or [])
-        return Listed(seconds, size, items)
+        return Listed(seconds, size, items, body.get("metadata", {}).get("continue") or "")
 
     async def query(self, sql: str, parameters: JSON | None = None) -> list[list[Any]]:
         """Rows of a read-only SQL query through the analytics endpoint."""
