@@ -210,6 +210,10 @@ def server_properties(*, port: int, controller_port: int, logs: Path) -> str:
         "background.threads": "4",
         "num.recovery.threads.per.data.dir": "2",
         "log.retention.check.interval.ms": "60000",
+        # The log cleaner's dedupe map lives on the heap, 128 MiB of it by
+        # default: the compacted topics here (consumer offsets, transaction
+        # state, summaries, Faust's tables) need a fraction of that.
+        "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
         # Fewer wake-ups while idle: the only broker talks to its own controller.
         "broker.heartbeat.interval.ms": "4000",
         "broker.session.timeout.ms": "18000",
@@ -246,7 +250,7 @@ logger.transactions.level = INFO
 class KafkaBroker:
     """One single-node Apache Kafka in KRaft mode under ``root``."""
 
-    def __init__(self, root: Path, *, cache: Path | None = None, heap: str = "512m",
+    def __init__(self, root: Path, *, cache: Path | None = None, heap: str = "256m",
                  progress: Callable[[str], None] | None = None):
         self.layout = BrokerLayout(root)
         self._cache = cache or default_cache()

@@ -98,7 +98,7 @@ class Settings:
     membership: a restarted worker takes its partitions back at once instead of
     after the session timeout). ``up`` derives one from its data directory."""
 
-    kafka_heap: str = "512m"
+    kafka_heap: str = "256m"
     """REPORTS_KAFKA_HEAP: Java heap of the embedded Kafka broker."""
 
     analytics_timeout: float = 30.0
