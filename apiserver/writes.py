@@ -38,7 +38,8 @@ class Writer:
         self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all",
                                           enable_idempotence=True, linger_ms=0,
                                           max_batch_size=kafka.MAX_BATCH_BYTES,
-                                          max_request_size=kafka.MAX_REQUEST_BYTES)
+                                          max_request_size=kafka.MAX_REQUEST_BYTES,
+                                          compression_type=kafka.COMPRESSION)
         await self._producer.start()
         self._consumer = kafka.consumer(self._bootstrap)
         await self._consumer.start()
