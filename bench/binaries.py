@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODULES = Path(__file__).resolve().parent / "modules"
+#: where Go's own installer puts it, when it is not on the PATH
+GO_INSTALLED = Path("/usr/local/go/bin/go")
 
 
 class BuildUnavailable(RuntimeError):
@@ -31,7 +33,7 @@ def cache_root() -> Path:
 
 
 def go() -> str:
-    found = shutil.which("go") or "/usr/local/go/bin/go"
+    found = shutil.which("go") or str(GO_INSTALLED)
     if not Path(found).exists():
         raise BuildUnavailable("the Go toolchain is not installed (kube-apiserver and etcd are"
                                " built from their Go modules with it)")

@@ -1,16 +1,22 @@
 """``reports-pipeline bench --quick`` runs end to end and reports every figure,
-the soak phase's (one minute in ``--quick``) with its rows per minute.
-Benchmarks are not tests: nothing here judges a figure against its target."""
+the soak phase's (one minute in ``--quick``) with its rows per minute, and
+every figure compared side by side with the etcd-CRD baseline of the same run;
+stopping the bench stops everything it started. Benchmarks are not tests:
+nothing here judges a figure against its target."""
 
 from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from bench.sidebyside import compared
 from tests.e2e.conftest import BIN
 
 SOAK = {
@@ -42,11 +48,11 @@ FIGURES = {
 }
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     output = tmp_path / "figures.json"
     done = subprocess.run([str(BIN / "reports-pipeline"), "bench", "--quick", "--output",
-                           str(output)], capture_output=True, text=True, timeout=580)
+                           str(output)], capture_output=True, text=True, timeout=1150)
     assert done.returncode == 0, done.stdout + done.stderr
     written = json.loads(output.read_text())
     figures = {f["name"]: f for f in written["figures"]}
@@ -73,3 +79,56 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     samples = {line.split("{")[0].split(" ")[0] for line in page.splitlines()
                if line and not line.startswith("#")}
     assert {"apiserver_request_total", "reports_write_commit_seconds_count"} <= samples
+
+    # side by side with etcd CRDs in the same run: every compared figure, both
+    # values measured, the ratio and its target
+    rows = {r["figure"]: r for r in written["side_by_side"]}
+    assert set(rows) == {c.label for c in compared((16, 64), 2000)}
+    for name, row in rows.items():
+        assert math.isfinite(row["this system"]) and math.isfinite(row["etcd CRDs"]), row
+        assert math.isfinite(row["ratio"]), name
+    assert rows["writes/s, 16 clients"]["target"] == {"op": ">=", "value": 2}
+    assert rows["servers' RSS at the end"]["target"] == {"op": "<=", "value": 1}
+    assert "etcd" in rows["servers' RSS at the end"]["notes"]["etcd CRDs"]
+    assert "Side by side" in done.stdout and "ETCD CRDS" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_stopping_the_bench_stops_everything_it_started(tmp_path: Path) -> None:
+    """SIGTERM while the baseline runs: the bench exits, and with it the
+    system, its broker, etcd, kube-apiserver and their data."""
+    bench = subprocess.Popen(
+        [str(BIN / "reports-pipeline"), "bench", "--resources", "20", "--namespaces", "2",
+         "--list-size", "50", "--duration", "1", "--latency-duration", "1", "--watchers", "2",
+         "--watch-duration", "1", "--soak-minutes", "0", "--baseline-soak-minutes", "2",
+         "--analytics-reports", "100", "--output", str(tmp_path / "figures.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert bench.stdout is not None
+        for line in bench.stdout:
+            if line.startswith("-- etcd CRDs: sustained"):
+                break
+        else:
+            raise AssertionError(f"the baseline never ran: {bench.stderr.read()}")  # type: ignore[union-attr]
+        started = psutil.Process(bench.pid).children(recursive=True)
+        names = {p.name() for p in started}
+        assert {"etcd", "kube-apiserver"} <= names, names
+        data = {Path(a.split("=", 1)[1]) for p in started for a in p.cmdline()
+                if a.startswith("--data-dir=")} | {
+                Path(p.cmdline()[p.cmdline().index("--data-dir") + 1]) for p in started
+                if "--data-dir" in p.cmdline()}
+        assert data
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=120)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 130, err
+    assert "reports-pipeline bench: stopped" in err
+    deadline = time.monotonic() + 10
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in started):
+        assert time.monotonic() < deadline, [p for p in started if p.is_running()]
+        time.sleep(0.2)
+    assert not any(d.exists() for d in data), data
+    assert not (tmp_path / "figures.json").exists()
+

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import binaries
+from bench.baseline import BaselineFailed, EtcdCrds
 from launcher.cli import _parser, main
 
 COMMANDS = ("up", "worker", "serve", "trends", "dashboard", "bench")
@@ -230,6 +232,26 @@ def test_a_bench_on_a_data_dir_that_cannot_be_made(tmp_path: Path) -> None:
     assert done.returncode == 1
     line = one_line(done.stderr)
     assert line.startswith("reports-pipeline bench: ") and "Not a directory" in line, line
+
+
+def test_a_bench_against_a_kubeconfig_that_is_not_there(tmp_path: Path) -> None:
+    done, _ = run_cli("bench", "--against", str(tmp_path / "nowhere"))
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (f"reports-pipeline bench: --against {tmp_path / 'nowhere'}:"
+                                     " no such kubeconfig")
+
+
+async def test_a_baseline_without_go_says_how_to_go_on(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(binaries, "GO_INSTALLED", tmp_path / "go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built yet
+    with pytest.raises(BaselineFailed) as failed:
+        await EtcdCrds(tmp_path / "etcd", progress=lambda _: None).start()
+    assert str(failed.value) == (
+        "the etcd-CRD baseline cannot be built: the Go toolchain is not installed"
+        " (kube-apiserver and etcd are built from their Go modules with it); --no-baseline"
+        " runs the benchmark without it")
 
 
 def test_a_bench_with_a_mix_it_does_not_know() -> None:
