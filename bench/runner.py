@@ -291,7 +291,8 @@ async def _this_system(system: RunningSystem, options: Options, report: Report, 
         return r
 
     api = sidebyside.Api("this system", sidebyside.Servers(
-        lambda: [psutil.Process(system.pid)]), system.disk, _settle, namespaces=False)
+        lambda: [psutil.Process(system.pid)]), system.disk, _settle, namespaces=False,
+        stages=True)
     async with Client(system.kubeconfig, connections=many + options.watchers + 8) as client:
         driver = Driver(client, mix, rng)
         tally(await _seed(driver, [probe], 1))
@@ -317,6 +318,7 @@ async def _this_system(system: RunningSystem, options: Options, report: Report, 
             report.add("create throughput, last creates", seed.rate(n - window, n),
                        "writes/s", note=f"the last {window} (does the pace hold as the log"
                        " and tables grow?)")
+            _stage_figures(report, ours, clients)
             await _lists(system, client, options, report, progress)
             await _storage(client, report, written, ours)
             await _scrape_metrics(client, report)
@@ -345,6 +347,21 @@ async def _this_system(system: RunningSystem, options: Options, report: Report, 
             between=own_phases, before_sustained=at_rest, progress=progress)
         await _scrape_metrics(client, report)
     return ours
+
+
+STAGES = ("frontend", "produce", "queue", "decide", "transaction", "reply", "visible")
+
+
+def _stage_figures(report: Report, ours: sidebyside.Measured, clients: tuple[int, ...]
+                   ) -> None:
+    """Where a write's time went in each mixed phase (means per write)."""
+    for n in clients:
+        if f"stage:request@{n}" not in ours.values:
+            continue
+        parts = ", ".join(f"{stage} {ours.values.get(f'stage:{stage}@{n}', float('nan')):.1f}"
+                          for stage in STAGES)
+        report.add(f"write time, {n} clients", ours.values[f"stage:request@{n}"], "ms",
+                   note=f"mean per write, by stage (ms): {parts}")
 
 
 async def _storage(client: Client, report: Report, written: Run,

@@ -9,6 +9,7 @@ at rest, then the sustained phase."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -132,6 +133,9 @@ class Api:
     #: the workload's namespaces must exist first (a cluster's API; this
     #: system alone serves no namespaces)
     namespaces: bool = True
+    #: its /metrics has reports_write_stage_seconds: where a write's time goes
+    #: is measured over each mixed phase
+    stages: bool = False
 
 
 Phase = Callable[[Client, Driver, "Measured"], Awaitable[None]]
@@ -163,8 +167,12 @@ async def measure(api: Api, client: Client, driver: Driver, *, pool: list[Resour
     for n in sorted(set(clients)):
         progress(f"{api.name}: mixed traffic ({driver.mix}), {n} clients, {duration:g} s")
         before = api.servers.cpu() if api.servers else {}
+        page = await _metrics(client) if api.stages else ""
         run = out.runs[f"mixed@{n}"] = await closed_loop(driver, pool, concurrency=n,
                                                           duration=duration)
+        if api.stages:
+            for stage, ms in stage_means(page, await _metrics(client)).items():
+                out.set(f"stage:{stage}@{n}", ms)
         if api.servers:
             after = api.servers.cpu()
             cpu_seconds += sum(after[pid] - before.get(pid, 0.0) for pid in after)
@@ -222,6 +230,55 @@ async def measure(api: Api, client: Client, driver: Driver, *, pool: list[Resour
                     f"{sustained.seconds / 60:.1f} min, write p99"
                     f" {percentile(done, 99) * 1000:.0f} ms")
     return out
+
+
+async def _metrics(client: Client) -> str:
+    async with client.session.get("/metrics") as response:
+        return await response.text() if response.status == 200 else ""
+
+
+#: the verbs that write, as apiserver_request_duration_seconds names them
+WRITE_VERBS = ("create", "update", "patch", "delete")
+
+
+def stage_means(before: str, after: str) -> dict[str, float]:
+    """Mean milliseconds per write in each stage between two /metrics pages:
+    ``request`` (the whole request as the frontend times it) and stages that
+    add up to it: ``frontend`` (the request less publishing it, awaiting its
+    reply and the change in the cache), ``produce``, ``queue`` (after the
+    produce), ``decide``, ``transaction``, ``reply`` (the commit's remainder:
+    the reply's way back) and ``visible``. Pure."""
+    def sums(page: str) -> dict[str, tuple[float, float]]:
+        out: dict[str, list[float]] = {}
+        for m in re.finditer(r'^(reports_write_stage_seconds|apiserver_request_duration_seconds)'
+                             r'_(sum|count)\{([^}]*)\} (\S+)$', page, re.M):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m[3]))
+            if m[1] == "reports_write_stage_seconds":
+                key = labels["stage"]
+            elif labels.get("verb") in WRITE_VERBS:
+                key = "request"
+            else:
+                continue
+            pair = out.setdefault(key, [0.0, 0.0])
+            pair[0 if m[2] == "sum" else 1] += float(m[4])
+        return {k: (v[0], v[1]) for k, v in out.items()}
+    start, end = sums(before), sums(after)
+    means: dict[str, float] = {}
+    for key, (total, count) in end.items():
+        t0, c0 = start.get(key, (0.0, 0.0))
+        if count > c0:
+            means[key] = (total - t0) / (count - c0) * 1000
+    if {"request", "produce", "commit", "visible"} <= means.keys():
+        means["frontend"] = means["request"] - means["produce"] - means["commit"] \
+            - means["visible"]
+    if {"commit", "produce", "queue", "decide", "transaction"} <= means.keys():
+        # the queue is timed from the request's send, so it holds the produce
+        # call: without it, and with the reply's way back (what remains of the
+        # commit), the stages add up to the request
+        means["reply"] = means["commit"] + means["produce"] - means["queue"] \
+            - means["decide"] - means["transaction"]
+        means["queue"] -= means["produce"]
+    return means
 
 
 def _name(p: psutil.Process) -> str:

@@ -64,8 +64,8 @@ COMMITTER_TRANSACTION_SECONDS = Histogram(
     registry=REGISTRY)
 WRITE_STAGE_SECONDS = Histogram(
     "reports_write_stage_seconds", "Where a write's time goes, by stage, one sample per"
-    " write: produce (the frontend publishing the request), queue (the request in its topic"
-    " until the committer takes it: the transaction in flight), decide and transaction (the"
+    " write: produce (the frontend publishing the request), queue (from the request's send"
+    " until the committer takes it: mostly the transaction in flight), decide and transaction (the"
     " committer's batch that carried it), commit (from the request's publication to its"
     " reply at the frontend: queue, decide, transaction and the reply's delivery), visible"
     " (from the reply until the frontend's change-log cache holds the change).", ["stage"],

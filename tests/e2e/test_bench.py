@@ -36,6 +36,7 @@ FIGURES = {
     "freshness p50", "freshness p99", "watch lag p50", "watch lag p99",
     "ClickHouse bytes per report", "raw JSON bytes per report", "storage ratio",
     "analytics ClickHouse bytes per report", "schema validation per write",
+    "write time, 16 clients", "write time, 64 clients",
     *(f"LIST {scope} {fmt}{memory}" for scope in ("one namespace", "all namespaces")
       for fmt in ("JSON", "Table") for memory in ("", " memory growth")),
     *(f"analytics {q} speedup" for q in ("failing-now", "daily-fails", "top-resources",

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from bench.figures import Report
-from bench.sidebyside import Measured, compared, ratio, side_by_side, table
+from bench.sidebyside import Measured, compared, ratio, side_by_side, stage_means, table
 
 
 def test_rows_carry_both_values_their_ratio_and_whether_the_target_is_met() -> None:
@@ -46,3 +48,30 @@ def test_both_client_counts_are_compared_for_writes_and_the_sustained_phase() ->
     keys = {r.key for r in compared((16, 64), 2000)}
     assert {"writes@16", "writes@64", "sustained@16", "sustained@64", "cpu_per_write",
             "list", "list_paged", "create", "rss", "disk"} <= keys
+
+
+def _page(request: float, stages: dict[str, float], count: int) -> str:
+    lines = [f'apiserver_request_duration_seconds_sum{{group="g",resource="r",verb="{verb}"}}'
+             f" {request / 2}" for verb in ("create", "update")]
+    lines += [f'apiserver_request_duration_seconds_count{{group="g",resource="r",verb="{verb}"}}'
+              f" {count / 2}" for verb in ("create", "update")]
+    lines.append('apiserver_request_duration_seconds_sum{group="g",resource="r",verb="get"} 99')
+    for stage, seconds in stages.items():
+        lines.append(f'reports_write_stage_seconds_sum{{stage="{stage}"}} {seconds}')
+        lines.append(f'reports_write_stage_seconds_count{{stage="{stage}"}} {count}')
+    return "\n".join(lines) + "\n"
+
+
+def test_stages_add_up_to_the_request_between_two_pages() -> None:
+    before = _page(1.0, {"produce": 1, "queue": 1, "decide": 1, "transaction": 1,
+                         "commit": 1, "visible": 1}, 10)
+    # 100 writes since: 40 ms each; produce 5, queue 12 from the send (7 after
+    # the produce), decide 2, transaction 15, commit 26 (reply 2), visible 1
+    after = _page(1.0 + 4.0, {"produce": 1.5, "queue": 2.2, "decide": 1.2,
+                              "transaction": 2.5, "commit": 3.6, "visible": 1.1}, 110)
+    means = stage_means(before, after)
+    assert means["request"] == pytest.approx(40)
+    assert means["queue"] == pytest.approx(7) and means["reply"] == pytest.approx(2)
+    assert means["frontend"] == pytest.approx(8)
+    parts = ("frontend", "produce", "queue", "decide", "transaction", "reply", "visible")
+    assert sum(means[p] for p in parts) == pytest.approx(means["request"])
