@@ -156,6 +156,9 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+KEEP_ALIVE_SECONDS = 90
+
+
 def https_config(app: ASGIApp, *, cert: Path, key: Path, client_ca: Path | None,
                  settings: Settings | None = None) -> uvicorn.Config:
     """The frontend's HTTPS listener; with ``client_ca`` (the aggregator's
@@ -168,9 +171,13 @@ def https_config(app: ASGIApp, *, cert: Path, key: Path, client_ca: Path | None,
         tls.update(ssl_ca_certs=str(client_ca), ssl_cert_reqs=ssl.CERT_OPTIONAL)
     # proxy_headers off: the aggregator's identity comes in X-Remote-* headers
     # from a verified client certificate, and X-Forwarded-* means nothing here
+    # idle connections are kept 90 s, as kube-apiserver keeps them (Go's
+    # transports keep theirs as long): with uvicorn's 5 s a client reusing
+    # one a moment too late met a closed connection
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                           proxy_headers=False,
                           http=protocol(limits.max_url_bytes, limits.max_header_bytes),
+                          timeout_keep_alive=KEEP_ALIVE_SECONDS,
                           timeout_graceful_shutdown=10, **tls)
 
 
