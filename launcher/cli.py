@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import uvloop
 
 from apiserver import schema
@@ -393,6 +394,10 @@ def _bench(args: argparse.Namespace) -> int:
             bench_run(options, progress=lambda m: print(f"-- {m}", flush=True))))
     except (ValueError, OSError, RuntimeError) as err:
         print(f"reports-pipeline bench: {err}", file=sys.stderr)
+        return 1
+    except aiohttp.ClientError as err:
+        print(f"reports-pipeline bench: a request failed: {type(err).__name__}: {err}",
+              file=sys.stderr)
         return 1
     except (KeyboardInterrupt, asyncio.CancelledError):
         # everything the run started was stopped on its way out
