@@ -11,13 +11,14 @@ import math
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from bench.sidebyside import compared
-from tests.e2e.conftest import BIN
+from tests.e2e.conftest import BIN, Up
 
 SOAK = {
     "soak throughput, first minute", "soak throughput, last minute",
@@ -47,6 +48,12 @@ FIGURES = {
         "trends, one namespace", "resources, top 10 high and critical",
         "resources, one resource's history", "findings, score 8 or more")),
 }
+
+
+#: a bench small enough for a test
+TINY = ("--resources", "20", "--namespaces", "2", "--list-size", "50", "--duration", "1",
+        "--latency-duration", "1", "--watchers", "2", "--watch-duration", "1",
+        "--analytics-reports", "100", "--analytics-runs", "1")
 
 
 @pytest.mark.timeout(1200)
@@ -99,10 +106,8 @@ def test_stopping_the_bench_stops_everything_it_started(tmp_path: Path) -> None:
     """SIGTERM while the baseline runs: the bench exits, and with it the
     system, its broker, etcd, kube-apiserver and their data."""
     bench = subprocess.Popen(
-        [str(BIN / "reports-pipeline"), "bench", "--resources", "20", "--namespaces", "2",
-         "--list-size", "50", "--duration", "1", "--latency-duration", "1", "--watchers", "2",
-         "--watch-duration", "1", "--soak-minutes", "0", "--baseline-soak-minutes", "2",
-         "--analytics-reports", "100", "--output", str(tmp_path / "figures.json")],
+        [str(BIN / "reports-pipeline"), "bench", *TINY, "--soak-minutes", "0",
+         "--baseline-soak-minutes", "2", "--output", str(tmp_path / "figures.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert bench.stdout is not None
@@ -132,4 +137,27 @@ def test_stopping_the_bench_stops_everything_it_started(tmp_path: Path) -> None:
         time.sleep(0.2)
     assert not any(d.exists() for d in data), data
     assert not (tmp_path / "figures.json").exists()
+
+
+
+
+@pytest.mark.timeout(300)
+def test_against_another_api_adds_a_column(tmp_path: Path, up: Callable[..., Up]) -> None:
+    """--against drives the compared phases against any kubeconfig's API (here
+    another `up`), as a column of its own; no CPU, memory or disk for it."""
+    other = up()
+    output = tmp_path / "figures.json"
+    done = subprocess.run(
+        [str(BIN / "reports-pipeline"), "bench", *TINY, "--soak-minutes", "0", "--no-baseline",
+         "--against", str(other.kubeconfig), "--output", str(output)],
+        capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r["figure"]: r for r in json.loads(output.read_text())["side_by_side"]}
+    for name in ("writes/s, 16 clients", "writes/s, 64 clients", "GET p99, 16 clients",
+                 "LIST 50", "LIST 50 by pages of 500", "create 50 reports, 16 clients"):
+        assert math.isfinite(rows[name]["against"]) and rows[name]["against"] > 0, rows[name]
+        assert "ratio" not in rows[name]  # no baseline, no ratio
+    for name in ("server CPU per write", "servers' RSS at the end", "bytes on disk at rest"):
+        assert rows[name]["against"] is None, rows[name]  # not measured: NaN, null in JSON
+    assert "AGAINST" in done.stdout
 
