@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from sortedcontainers import SortedDict
 
 from apiserver.errors import Unavailable
 from pipeline.clickhouse.store import ReportStore
@@ -114,7 +115,9 @@ class ChangeLog:
         #: pending fetch it would wait as long as that fetch.
         self._offsets: AIOKafkaConsumer | None = None
         self._events: deque[Event] = deque()
-        self._latest: dict[Key, Event] = {}
+        #: the latest event of each key, in key order: a list's page takes the
+        #: keys past its cursor without scanning and sorting every one
+        self._latest: SortedDict[Key, Event] = SortedDict()
         self._position = 0  # next offset to read
         self._rv = 0  # highest resourceVersion seen
         self._floor = 0  # every change at or below this is in ClickHouse
@@ -327,9 +330,18 @@ class ChangeLog:
         event = self._latest.get(key)
         return event.change if event else None
 
-    def newest(self, resource: str, namespace: str | None) -> list[tuple[Key, Cached]]:
-        return [(k, e.change) for k, e in self._latest.items()
-                if k[0] == resource and (namespace is None or k[1] == namespace)]
+    def newest(self, resource: str, namespace: str | None,
+               after: tuple[str, str] | None = None) -> list[tuple[Key, Cached]]:
+        """The latest change of every key of ``resource`` (in ``namespace``)
+        past ``after``, in key order."""
+        start: Key = (resource, *after) if after else (resource, namespace or "", "")
+        out = []
+        latest = self._latest
+        for key in latest.irange(minimum=start, inclusive=(after is None, True)):
+            if key[0] != resource or (namespace is not None and key[1] != namespace):
+                break
+            out.append((key, latest[key].change))
+        return out
 
     def stats(self) -> dict[str, Any]:
         return {"events": len(self._events), "resourceVersion": self._rv, "floor": self._floor}

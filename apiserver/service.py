@@ -223,9 +223,8 @@ class ReportService:
     async def iterate(self, query: ListQuery, after: tuple[str, str] | None = None, *,
                       batch: int = PAGE) -> AsyncIterator[Item]:
         """Current objects matching ``query`` in (namespace, name) order."""
-        overlay = deque(sorted(
-            ((k[1], k[2]), c) for k, c in self.changelog.newest(query.rtype.id, query.namespace)
-            if after is None or (k[1], k[2]) > after))
+        overlay = deque(((k[1], k[2]), c) for k, c in
+                        self.changelog.newest(query.rtype.id, query.namespace, after))
         params: dict[str, Any] = {}
         conditions = query.labels.sql(params) + query.fields.sql(params)
         cursor = after

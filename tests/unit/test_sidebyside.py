@@ -48,6 +48,8 @@ def test_both_client_counts_are_compared_for_writes_and_the_sustained_phase() ->
     keys = {r.key for r in compared((16, 64), 2000)}
     assert {"writes@16", "writes@64", "sustained@16", "sustained@64", "cpu_per_write",
             "list", "list_paged", "create", "rss", "disk"} <= keys
+    one = [r.key for r in compared((64,), 2000)]  # --few-clients 64: one number of clients
+    assert len(one) == len(set(one)) and "write_p99@64" in one
 
 
 def _page(request: float, stages: dict[str, float], count: int) -> str:
