@@ -53,7 +53,7 @@ FIGURES = {
 #: a bench small enough for a test
 TINY = ("--resources", "20", "--namespaces", "2", "--list-size", "50", "--duration", "1",
         "--latency-duration", "1", "--watchers", "2", "--watch-duration", "1",
-        "--analytics-reports", "100", "--analytics-runs", "1")
+        "--analytics-reports", "100")
 
 
 @pytest.mark.timeout(1200)
