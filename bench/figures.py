@@ -44,7 +44,8 @@ class Figure:
         return out
 
 
-def _number(value: float) -> str:
+def number(value: float) -> str:
+    """A figure's value as the tables print it."""
     if value != value:  # NaN
         return "n/a"
     if abs(value) >= 100:
@@ -73,9 +74,9 @@ class Report:
     def table(self) -> str:
         rows = [("FIGURE", "VALUE", "TARGET", "MET", "NOTE")]
         for f in self.figures:
-            target = f"{f.target[0]} {_number(f.target[1])} {f.unit}" if f.target else ""
+            target = f"{f.target[0]} {number(f.target[1])} {f.unit}" if f.target else ""
             met = {True: "yes", False: "NO", None: ""}[f.met]
-            rows.append((f.name, f"{_number(f.value)} {f.unit}", target, met, f.note))
+            rows.append((f.name, f"{number(f.value)} {f.unit}", target, met, f.note))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)),
                                     r[4]]).rstrip() for r in rows)

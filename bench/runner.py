@@ -321,7 +321,6 @@ async def _this_system(system: RunningSystem, options: Options, report: Report, 
             _stage_figures(report, ours, clients)
             await _lists(system, client, options, report, progress)
             await _storage(client, report, written, ours)
-            await _scrape_metrics(client, report)
 
         async def sustained(n: int) -> Run | None:
             if options.soak_minutes <= 0:

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import psutil
 
 from bench.client import Client
-from bench.figures import Figure, Report, percentile
+from bench.figures import Figure, Report, number, percentile
 from bench.traffic import Driver, Run, closed_loop, polr_collection
 from bench.workload import Resource
 
@@ -34,15 +34,13 @@ class Compared:
     unit: str
     #: the ratio this system must reach over the etcd-CRD baseline
     target: tuple[str, float] | None = None
-    higher_is_better: bool = False
 
 
 def compared(clients: Sequence[int], list_size: int) -> list[Compared]:
     few, many = min(clients), max(clients)
     out = []
     for n in sorted(set(clients)):
-        out.append(Compared(f"writes@{n}", f"writes/s, {n} clients", "writes/s", (">=", 2),
-                            higher_is_better=True))
+        out.append(Compared(f"writes@{n}", f"writes/s, {n} clients", "writes/s", (">=", 2)))
     out += [
         Compared(f"write_p50@{few}", f"write p50, {few} clients", "ms"),
         Compared(f"write_p99@{few}", f"write p99, {few} clients", "ms", ("<=", 0.5)),
@@ -58,7 +56,7 @@ def compared(clients: Sequence[int], list_size: int) -> list[Compared]:
         Compared("disk", "bytes on disk at rest", "MiB", ("<=", 1))]
     for n in sorted(set(clients)):
         out.append(Compared(f"sustained@{n}", f"writes/s sustained, {n} clients", "writes/s",
-                            (">=", 2), higher_is_better=True))
+                            (">=", 2)))
     return out
 
 
@@ -337,12 +335,6 @@ def side_by_side(report: Report, rows: list[Compared], ours: Measured,
     report.series["side_by_side"] = table
 
 
-def _fmt(value: float) -> str:
-    if math.isnan(value):
-        return "n/a"
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
 def table(report: Report) -> str:
     """The side-by-side rows as a text table."""
     rows = report.series.get("side_by_side") or []
@@ -353,9 +345,9 @@ def table(report: Report) -> str:
     lines = [header]
     for r in rows:
         target = r.get("target")
-        lines.append([f"{r['figure']} ({r['unit']})", *(_fmt(r.get(n, float("nan")))
+        lines.append([f"{r['figure']} ({r['unit']})", *(number(r.get(n, float("nan")))
                                                          for n in names),
-                      _fmt(r.get("ratio", float("nan"))) + "x" if "ratio" in r else "",
+                      number(r.get("ratio", float("nan"))) + "x" if "ratio" in r else "",
                       f"{target['op']} {target['value']:g}x" if target else "",
                       {True: "yes", False: "NO", None: ""}[r.get("met")]])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
