@@ -45,10 +45,11 @@ from bench.runner import run as bench_run
 from bench.runner import write_json
 from bench.sidebyside import table as side_by_side_table
 from bench.workload import Mix, ephemeral_report, policy_report, resources
-from launcher import demo
+from launcher import demo, migrate
 from launcher.broker import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.incluster import Cluster, ClusterError
+from launcher.kubeapi import endpoint
 from launcher.system import (
     AlreadyRunning,
     ServeOptions,
@@ -326,6 +327,53 @@ def _parser() -> argparse.ArgumentParser:
                      help="address the frontend listens on (0.0.0.0: every interface)")
     dem.add_argument("--port", type=port, default=0, help="frontend port (0: any free one)")
 
+    migrate_parser = sub.add_parser(
+        "migrate", help="move reports from a cluster's CRDs into the store, or back",
+        formatter_class=_Help,
+        description=_about("Copy every report (PolicyReports, ClusterPolicyReports,"
+        " EphemeralReports, ClusterEphemeralReports, Reports, ClusterReports) between a"
+        " cluster's CRDs and the store, keeping names, namespaces, labels, annotations,"
+        " ownerReferences, finalizers and content. Pages through lists, may be run again"
+        " (nothing is duplicated), shows progress and ends with a summary. README:"
+        " \"Moving in and out\" gives the switch-over and the rollback step by step."))
+    directions = migrate_parser.add_subparsers(dest="direction", required=True,
+                                               metavar="DIRECTION")
+    for direction, text, existing in (
+            ("in", "from the cluster's CRDs into the store", "update"),
+            ("out", "from the store back into the cluster's CRDs (a rollback)", "keep")):
+        command = directions.add_parser(direction, help=text, formatter_class=_Help,
+                                        description=_about(f"Copy every report {text}."))
+        command.add_argument("--kubeconfig", type=Path,
+                             default=Path(os.environ.get("KUBECONFIG")
+                                          or Path.home() / ".kube" / "config"),
+                             help="the cluster (its APIServices decide which side serves"
+                                  " the report groups)")
+        store = command.add_mutually_exclusive_group(required=True)
+        store.add_argument("--store", type=Path, metavar="KUBECONFIG",
+                           help="the store's frontend, reached directly (an installed"
+                                " chart's Service through `kubectl port-forward`)")
+        store.add_argument("--data-dir", type=Path,
+                           help="the store of the `up` running on this directory")
+        command.add_argument("--page-size", type=positive, default=500,
+                             help="objects per list page")
+        command.add_argument("--existing", choices=("update", "keep"), default=existing,
+                             help="an object the destination already holds with other"
+                                  " content: replaced by the source's (update) or left as"
+                                  " it is (keep)")
+        if direction == "in":
+            command.add_argument(
+                "--switch", type=Path, metavar="MANIFEST",
+                help="after the copy, follow the CRDs, take over the report groups'"
+                     " APIServices with the ones in MANIFEST (the chart's), and end once"
+                     " the CRDs have been quiet for --settle seconds")
+            command.add_argument("--settle", type=float, default=5.0,
+                                 help="seconds without a change to the CRDs after the"
+                                      " switch before following ends")
+        else:
+            command.add_argument("--switch-back", action="store_true",
+                                 help="first give the report groups back to the CRDs"
+                                      " (delete the store's APIServices)")
+
     bench = sub.add_parser(
         "bench", help="measure the system (throughput, latency, soak, analytics)",
         formatter_class=_Help,
@@ -500,6 +548,40 @@ def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    name = f"reports-pipeline migrate {args.direction}"
+    try:
+        cluster = endpoint(str(args.kubeconfig), os.environ)
+        store_config = args.store or args.data_dir / "kubeconfig"
+        if not store_config.exists():
+            raise ValueError(f"{store_config} does not exist" + (
+                "" if args.store else f": is `reports-pipeline up --data-dir {args.data_dir}`"
+                                      " running?"))
+        store = endpoint(str(store_config), os.environ)
+        switch = None
+        if args.direction == "in" and args.switch is not None:
+            switch = migrate.read_apiservices(args.switch.read_text())
+        plan = migrate.Plan(args.direction, page_size=args.page_size, existing=args.existing,
+                            switch=switch, switch_back=getattr(args, "switch_back", False),
+                            settle=getattr(args, "settle", 5.0))
+
+        async def run_it() -> Any:
+            async with migrate.Api(cluster, "the cluster") as c, \
+                    migrate.Api(store, "the store") as s:
+                return await migrate.migrate(plan, cluster=c, store=s,
+                                             say=lambda line: print(line, file=sys.stderr,
+                                                                    flush=True))
+        tally = asyncio.run(run_it())
+    except (ClusterError, migrate.MigrationError, OSError, ValueError) as err:
+        print(f"{name}: {err}", file=sys.stderr)
+        return 1
+    print("\n".join(tally.lines(migrate.RESOURCES)))
+    failed = tally.total(migrate.FAILED)
+    if failed:
+        print(f"{name}: {failed} objects failed", file=sys.stderr)
+    return 1 if failed or tally.notes else 0
+
+
 #: Collector thresholds of serving processes. A full collection walks every
 #: live object (millions once the caches hold thousands of parsed reports) and
 #: stops the process for 100-400 ms; with CPython's default (700, 10, 10) it ran
@@ -536,6 +618,8 @@ def main(argv: list[str] | None = None) -> int:
         return _bench(args)
     if args.command == "dashboard":
         return _dashboard(args, settings)
+    if args.command == "migrate":
+        return _migrate(args)
     if args.command not in ("up", "demo") and not (settings.kafka_bootstrap
                                                     and settings.clickhouse_url):
         parser.exit(2, f"reports-pipeline {args.command}: needs KAFKA_BOOTSTRAP and"

@@ -36,6 +36,8 @@ class Endpoint:
     context: ssl.SSLContext
     token: str = ""
     token_file: Path | None = None
+    #: the name the server's certificate carries, when not the address's
+    tls_server_name: str | None = None
 
     def bearer(self) -> str:
         if self.token_file is not None:
@@ -68,7 +70,10 @@ def endpoint(source: str, env: Mapping[str, str]) -> Endpoint:
         raise ClusterError(f"cannot use the kubeconfig {source}: {err!r}") from err
     base = Path(source).parent
     tls = ssl.create_default_context()
-    if cluster.get("certificate-authority-data"):
+    if cluster.get("insecure-skip-tls-verify"):
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
+    elif cluster.get("certificate-authority-data"):
         tls.load_verify_locations(cadata=base64.b64decode(
             cluster["certificate-authority-data"]).decode())
     elif cluster.get("certificate-authority"):
@@ -89,7 +94,8 @@ def endpoint(source: str, env: Mapping[str, str]) -> Endpoint:
             with contextlib.suppress(OSError):
                 os.unlink(name)
     token_file = base / user["tokenFile"] if user.get("tokenFile") else None
-    return Endpoint(cluster["server"].rstrip("/"), tls, user.get("token", ""), token_file)
+    return Endpoint(cluster["server"].rstrip("/"), tls, user.get("token", ""), token_file,
+                    cluster.get("tls-server-name"))
 
 
 class Reviews:
