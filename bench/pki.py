@@ -81,13 +81,16 @@ class Authority:
 
 
 def kubeconfig(path: Path, *, server: str, ca: bytes, cert: Path | None = None,
-               key: Path | None = None, token: str | None = None) -> Path:
+               key: Path | None = None, token: str | None = None,
+               tls_server_name: str | None = None) -> Path:
     user: dict[str, str] = {"token": token} if token else {
         "client-certificate": str(cert), "client-key": str(key)}
+    cluster = {"server": server, "certificate-authority-data": base64.b64encode(ca).decode()}
+    if tls_server_name:
+        cluster["tls-server-name"] = tls_server_name
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca).decode()}}],
+        "clusters": [{"name": "k", "cluster": cluster}],
         "users": [{"name": "u", "user": user}],
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
     return path

@@ -7,7 +7,9 @@ installed chart behind a port-forward). Which one serves a report group in
 the cluster is its APIService: a local one (the CRDs) or one pointing at the
 frontend's Service (the store).
 
-- ``in`` copies from the cluster's CRDs to the store. With ``--switch FILE``
+- ``in`` copies from the cluster's CRDs to the store (and deletes from the
+  store what an earlier run copied and the CRDs no longer hold: before the
+  switch nobody else writes there). With ``--switch FILE``
   it then follows the CRDs (watches from the copy's resourceVersions), takes
   over the groups' APIServices with the ones in FILE, and keeps following
   until the CRDs have been quiet for ``--settle`` seconds: a write that
@@ -348,21 +350,7 @@ class Copier:
         meta = obj.get("metadata") or {}
         present = self.held.get(key)
         if event.get("type") == "DELETED":
-            if present is None:
-                return
-            options = {"apiVersion": "v1", "kind": "DeleteOptions",
-                       "preconditions": {"resourceVersion": present.resource_version}}
-            try:
-                await self.destination.call("DELETE", item(resource, key), options)
-            except Refused as err:
-                if err.status == 409:
-                    self.tally.add(key, KEPT)
-                    return
-                if err.status != 404:
-                    self.tally.add(key, FAILED, err.reason)
-                    return
-            self.held.pop(key, None)
-            self.tally.add(key, DELETED)
+            await self.remove(resource, key)
             return
         if present is None:
             await self.copy(resource, obj)
@@ -370,6 +358,26 @@ class Copier:
         body = copy_body(resource, obj, self.uids)
         if present.digest != digest(body):
             await self._replace(resource, key, meta, body, present, UPDATED)
+
+    async def remove(self, resource: ResourceType, key: Key) -> None:
+        """Delete the destination's object of ``key``, unless it changed
+        there since this copier last wrote or saw it."""
+        present = self.held.get(key)
+        if present is None:
+            return
+        options = {"apiVersion": "v1", "kind": "DeleteOptions",
+                   "preconditions": {"resourceVersion": present.resource_version}}
+        try:
+            await self.destination.call("DELETE", item(resource, key), options)
+        except Refused as err:
+            if err.status == 409:
+                self.tally.add(key, KEPT)
+                return
+            if err.status != 404:
+                self.tally.add(key, FAILED, err.reason)
+                return
+        self.held.pop(key, None)
+        self.tally.add(key, DELETED)
 
     async def _replace(self, resource: ResourceType, key: Key, meta: JSON, body: JSON,
                        present: Present, outcome: str) -> None:
@@ -472,9 +480,11 @@ async def _copy_all(copier: Copier, source: Api, resource: ResourceType, plan: P
                     deferred: list[tuple[ResourceType, JSON]], say: Say) -> str:
     """Copy every object of ``resource``; the list's resourceVersion."""
     read, version, shown = 0, "", 0.0
+    listed_keys: set[Key] = set()
     async for items, listed in source.pages(resource, plan.page_size):
         version = listed
         for obj in items:
+            listed_keys.add(key_of(resource, obj))
             if owned_by_reports(obj):
                 deferred.append((resource, obj))
             else:
@@ -483,6 +493,12 @@ async def _copy_all(copier: Copier, source: Api, resource: ResourceType, plan: P
         if items and time.monotonic() - shown > 1:
             shown = time.monotonic()
             say(f"{resource.plural}: {read:,} read, {_progress(copier.tally, resource)}")
+    if plan.direction == "in":
+        # gone from the CRDs since an earlier run copied them: nobody but the
+        # migration writes to the store before the switch
+        for key in [k for k in copier.held if k.resource == resource.id
+                    and k not in listed_keys]:
+            await copier.remove(resource, key)
     say(f"{resource.plural}: {read:,} read, {_progress(copier.tally, resource)} (done)")
     return version
 

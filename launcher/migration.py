@@ -100,7 +100,7 @@ MEANING = {
     UPDATED: "the destination's copy differed and was replaced",
     UNCHANGED: "the destination already held the same",
     KEPT: "the destination's own (newer) object was left as it is",
-    DELETED: "deleted at the source while following it, and so at the destination",
+    DELETED: "gone from the source since it was copied, and so from the destination",
     SKIPPED: "not copied",
     FAILED: "the destination refused it",
 }

@@ -12,6 +12,7 @@ timeout."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -134,23 +135,31 @@ class Cluster:
                    f"the default service account of {namespace}", timeout=60)
 
 
-@pytest.fixture(scope="package")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+@contextlib.contextmanager
+def fresh_cluster(root: Path) -> Iterator[Cluster]:
+    """A control plane of its own, in a network namespace of its own."""
     if not can_run():
         pytest.skip("the real-cluster tier makes a network namespace: run it as root")
     netns = Namespace()
     try:
-        plane = ControlPlane(netns, tmp_path_factory.mktemp("control-plane"),
-                             etcd=built("etcd"), kubernetes=built("kubernetes"))
+        plane = ControlPlane(netns, root, etcd=built("etcd"), kubernetes=built("kubernetes"))
         with plane.running():
             yield Cluster(netns, plane)
     finally:
         netns.close()
 
 
-def render_chart() -> list[dict[str, Any]]:
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with fresh_cluster(tmp_path_factory.mktemp("control-plane")) as made:
+        yield made
+
+
+def render_chart(*values: str) -> list[dict[str, Any]]:
+    """The chart's objects, with ``values`` (``--set`` arguments)."""
     out = subprocess.run([binaries.helm(), "template", "reports-pipeline", str(CHART),
-                          "--namespace", RELEASE_NAMESPACE], capture_output=True, text=True,
+                          "--namespace", RELEASE_NAMESPACE,
+                          *(f"--set={v}" for v in values)], capture_output=True, text=True,
                          check=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
@@ -160,12 +169,14 @@ class System:
     frontend (with the whole pipeline) as `up` on the namespace's node
     address, where the chart's Service routes."""
 
-    def __init__(self, cluster: Cluster, root: Path):
+    def __init__(self, cluster: Cluster, root: Path, *, register: bool = True):
         self.cluster = cluster
         self.root = root
         self.data_dir = root / "data"
+        #: whether the chart registers its APIServices (or keeps them in a ConfigMap)
+        self.register = register
         kubectl = cluster.kubectl
-        docs = render_chart()
+        docs = render_chart(f"apiService.register={str(register).lower()}")
         kubectl.run("create", "namespace", RELEASE_NAMESPACE, check=False)
         # everything but the workloads: the frontend and worker run here as `up`
         for doc in docs:  # as helm install places them
@@ -183,6 +194,10 @@ class System:
         self.cert, self.key = root / "tls.crt", root / "tls.key"
         self.cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
         self.key.write_bytes(base64.b64decode(secret["data"]["tls.key"]))
+        #: the CA of the serving certificate (the APIServices' caBundle)
+        self.ca = base64.b64decode(secret["data"]["ca.crt"])
+        #: the name the serving certificate carries (the Service's)
+        self.service_host = f"{service['metadata']['name']}.{RELEASE_NAMESPACE}.svc"
         port_name = service["spec"]["ports"][0]["name"]
         kubectl.apply({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
@@ -235,7 +250,8 @@ class System:
                                env={"REPORTS_TOPIC_PREFIX": "cluster"})
         wait_until(lambda: "is ready" in log.read_text(errors="replace")[offset:],
                    "reports-pipeline up ready", timeout=180, alive=[self.process])
-        self.wait_available()
+        if self.register:
+            self.wait_available()
 
     def available(self) -> bool:
         for name in GROUP_VERSIONS:

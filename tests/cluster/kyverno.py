@@ -28,6 +28,19 @@ def release_manifest() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
+def report_crds() -> list[dict[str, Any]]:
+    """The report CRDs a cluster has with Kyverno installed as its release
+    ships it (wgpolicyk8s.io, reports.kyverno.io), and openreports.io's from
+    the reports-api module Kyverno pins."""
+    crds = [d for d in release_manifest() if d["kind"] == "CustomResourceDefinition"
+            and d["spec"]["group"] in SERVED_GROUPS]
+    source = binaries.module_source("kyverno", "github.com/openreports/reports-api")
+    for name in ("reports", "clusterreports"):
+        crds.append(yaml.safe_load((source / "config" / "crd" / f"openreports.io_{name}.yaml"
+                                    ).read_text()))
+    return crds
+
+
 def _container(deployment: dict[str, Any]) -> dict[str, Any]:
     containers = deployment["spec"]["template"]["spec"]["containers"]
     return next(c for c in containers if c["name"] in ("kyverno", "controller"))
@@ -60,7 +73,7 @@ class Kyverno:
     """Kyverno installed in the cluster (RBAC, config, policy CRDs) and its
     two controllers running."""
 
-    def __init__(self, cluster: Any, root: Path):
+    def __init__(self, cluster: Any, root: Path, *, with_report_crds: bool = False):
         self.cluster = cluster
         self.root = root
         self.docs = release_manifest()
@@ -69,6 +82,8 @@ class Kyverno:
         installed = [d for d in self.docs if d["kind"] not in ("Deployment", "Service")
                      and not (d["kind"] == "CustomResourceDefinition"
                               and d["spec"]["group"] in SERVED_GROUPS)]
+        if with_report_crds:  # as a cluster has them before the system comes
+            installed += report_crds()
         crds = [d for d in installed if d["kind"] == "CustomResourceDefinition"]
         kubectl.apply([d for d in installed if d["kind"] == "Namespace"])
         kubectl.run("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(crds))
