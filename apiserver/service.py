@@ -114,11 +114,7 @@ class ReportService:
             raise BadRequest('resourceVersionMatch "Exact" is forbidden for resourceVersion'
                              ' "0"')
         if wanted:
-            try:
-                await self.changelog.wait_for(wanted, timeout=3)
-            except Unavailable as err:
-                raise Timeout(f"Too large resource version: {wanted}, current:"
-                              f" {self.changelog.resource_version}", retry_after=1) from err
+            await self.wait_for(wanted)
         if settle:
             await self.changelog.settled()
         current = self.changelog.resource_version
@@ -349,6 +345,20 @@ class ReportService:
                 if err.code != 404:
                     raise
         return self.changelog.resource_version, deleted
+
+    async def wait_for(self, wanted: int) -> None:
+        """Wait (3 s at most, as kube-apiserver's cache does) until the cache
+        holds resourceVersion ``wanted``; a version it does not reach by then
+        is "too large" (504 with the ResourceVersionTooLarge cause, on which
+        client-go's reflectors list afresh: a version from another store,
+        e.g. the etcd the reports were migrated from, is one)."""
+        try:
+            await self.changelog.wait_for(wanted, timeout=3)
+        except Unavailable as err:
+            raise Timeout(f"Too large resource version: {wanted}, current:"
+                          f" {self.changelog.resource_version}", retry_after=1,
+                          causes=[{"reason": "ResourceVersionTooLarge",
+                                   "message": "Too large resource version"}]) from err
 
     # -- watch ------------------------------------------------------------
     def subscribe(self, since: int) -> Any:

@@ -85,8 +85,7 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
     seen: dict[tuple[str, str], int] = {}
     if rv_text and rv_text != "0":
         since = parse_resource_version(rv_text)
-        if initial:
-            await service.changelog.wait_for(since, timeout=3)
+        await service.wait_for(since)
     else:
         since = None
     if initial or since is None:

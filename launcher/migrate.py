@@ -69,6 +69,10 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 AUTOMANAGED = "kube-aggregator.kubernetes.io/automanaged"
 REQUEST_SECONDS = 60.0
 MANAGER = "reports-pipeline-migrate"
+#: the event ``Api.watch`` yields first, once the server accepted the watch
+CONNECTED = "CONNECTED"
+#: how long every watch of the CRDs must have held before the switch
+HOLD_SECONDS = 1.0
 
 
 class MigrationError(RuntimeError):
@@ -155,7 +159,8 @@ class Api:
     async def watch(self, resource: ResourceType, resource_version: str
                     ) -> AsyncIterator[JSON]:
         """Watch events from ``resource_version`` until the server ends the
-        watch. Lines are read whole, however long (a report may be MiBs)."""
+        watch, after a first ``CONNECTED`` once the server accepted it. Lines
+        are read whole, however long (a report may be MiBs)."""
         params = {"watch": "1", "resourceVersion": resource_version,
                   "allowWatchBookmarks": "true"}
         async with self.session.get(collection(resource), params=params,
@@ -163,6 +168,7 @@ class Api:
             if response.status != 200:
                 raise Refused("WATCH", collection(resource), response.status,
                               await response.read())
+            yield {"type": CONNECTED}
             pending = b""
             async for chunk in response.content.iter_any():
                 pending += chunk
@@ -512,37 +518,53 @@ async def _follow_and_switch(plan: Plan, copier: Copier, cluster: Api,
                              resources: Sequence[ResourceType], versions: dict[str, str],
                              say: Say) -> None:
     """Watch the CRDs from the copy's versions, applying every change, take
-    over the APIServices, and stop once the CRDs have been quiet for
-    ``plan.settle`` seconds after the switch."""
+    over the APIServices once every watch holds, and stop once the CRDs have
+    been quiet for ``plan.settle`` seconds after the switch."""
     assert plan.switch is not None
     events: asyncio.Queue[tuple[ResourceType, JSON]] = asyncio.Queue()
-    switched = asyncio.Event()
+    #: set from just before the switch: from then on a request may reach the
+    #: store, so a watch that fails cannot be listed and started again
+    switching = asyncio.Event()
+    holding = {r.id: asyncio.Event() for r in resources}
+    copying_again: set[str] = set()
 
     async def watch(resource: ResourceType) -> None:
         version = versions[resource.id]
         while True:
             async for event in cluster.watch(resource, version):
                 kind = event.get("type")
+                if kind == CONNECTED:
+                    holding[resource.id].set()
+                    continue
                 if kind == "ERROR":
+                    holding[resource.id].clear()
                     status = event.get("object") or {}
-                    if switched.is_set() or status.get("code") != 410:
+                    if switching.is_set() or status.get("code") != 410:
                         copier.tally.notes.append(
-                            f"{resource.plural}: following the CRDs failed"
-                            f" ({status.get('message')}): changes after the copy may be"
-                            " missing; run `migrate in` again before the switch")
+                            f"{resource.plural}: following the CRDs failed during the switch"
+                            f" ({status.get('message')}): changes to the CRDs since"
+                            f" resourceVersion {version} may be missing from the store")
                         return
-                    # too old: copy the whole resource again (idempotent)
-                    owned: list[tuple[ResourceType, JSON]] = []
-                    version = await _copy_all(copier, cluster, resource, plan, owned, say)
-                    for again, obj in owned:
-                        await copier.copy(again, obj)
+                    # too old for the watch cache: copy the whole resource
+                    # again (idempotent) and watch from that list
+                    say(f"{resource.plural}: the watch's resourceVersion is too old;"
+                        " copying again")
+                    copying_again.add(resource.id)
+                    try:
+                        owned: list[tuple[ResourceType, JSON]] = []
+                        version = await _copy_all(copier, cluster, resource, plan, owned, say)
+                        for again, obj in owned:
+                            await copier.copy(again, obj)
+                    finally:
+                        copying_again.discard(resource.id)
                     break
                 version = (event.get("object") or {}).get("metadata", {}).get(
                     "resourceVersion", version)
                 if kind != "BOOKMARK":
                     await events.put((resource, event))
             else:
-                if switched.is_set():
+                holding[resource.id].clear()
+                if switching.is_set():
                     return  # a new watch would reach the store, not the CRDs
     last = time.monotonic()
 
@@ -554,22 +576,38 @@ async def _follow_and_switch(plan: Plan, copier: Copier, cluster: Api,
             await copier.follow(resource, event)
             events.task_done()
 
+    def check(tasks: Sequence[asyncio.Task[None]]) -> None:
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
     watchers = [asyncio.create_task(watch(r), name=f"follow {r.plural}") for r in resources]
     applier = asyncio.create_task(apply(), name="apply followed changes")
     try:
+        # Every watch started and past its first second (a resourceVersion
+        # too old is answered at once), nothing being copied again, the
+        # changes so far applied: only then may requests go to the store.
+        held_since: float | None = None
+        while held_since is None or time.monotonic() - held_since < HOLD_SECONDS:
+            check([*watchers, applier])
+            if all(e.is_set() for e in holding.values()) and not copying_again:
+                held_since = held_since or time.monotonic()
+            else:
+                held_since = None
+            await asyncio.sleep(0.1)
+        await events.join()
         say(f"following the CRDs; taking over {len(plan.switch)} APIServices")
+        switching.set()
         await take_over(cluster, plan.switch, say)
-        switched.set()
         since = time.monotonic()
         while True:
-            for task in (*watchers, applier):
-                if task.done() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            check([*watchers, applier])
             quiet = time.monotonic() - max(last, since)
             if quiet >= plan.settle and events.empty():
                 break
             await asyncio.sleep(min(0.25, max(0.05, plan.settle - quiet)))
         await events.join()
+        check([*watchers, applier])
     finally:
         for task in (*watchers, applier):
             task.cancel()

@@ -262,7 +262,6 @@ def _with_kyverno(cluster: Cluster, kubectl: Kubectl, kyverno: Kyverno, root: Pa
                                     "kind": "ClusterPolicyReport", "name": "cluster-hand",
                                     "uid": cluster_hand["metadata"]["uid"]}]},
                    "results": [result("owned", "pass")], "summary": {"pass": 1}})
-    policyreports = "policyreports.wgpolicyk8s.io"
     converge(world, "Kyverno's reports in the CRDs")
     wait_until(lambda: not kyverno_ephemeral(kubectl), "Kyverno's EphemeralReports merged",
                timeout=120, every=2)
