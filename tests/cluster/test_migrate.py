@@ -132,6 +132,12 @@ def uid_map(a: dict[tuple[str, str, str], dict[str, Any]],
     return {b[k]["metadata"]["uid"]: a[k]["metadata"]["uid"] for k in set(a) & set(b)}
 
 
+def admitted(kubectl: Kubectl, *args: str) -> None:
+    """A change to a Pod, once Kyverno's restarted webhook server answers."""
+    wait_until(lambda: kubectl.run(*args, check=False).returncode == 0,
+               f"kubectl {' '.join(args)} admitted", timeout=120, every=1)
+
+
 def converge(world: World, what: str) -> None:
     """Wait until every Pod's PolicyReport has Kyverno's exact results."""
     try:
@@ -360,7 +366,8 @@ def _move(cluster: Cluster, kubectl: Kubectl, kyverno: Kyverno, system: System,
     kubectl.run("delete", "crd", *KINDS, "--timeout=180s", timeout=240)
     assert mine(everything(kubectl)).keys() == mine(served).keys()
     fixed = world.pods[0]
-    kubectl.run("label", "pod", "-n", fixed["metadata"]["namespace"], "pod-0", "app=fixed")
+    admitted(kubectl, "label", "pod", "-n", fixed["metadata"]["namespace"], "pod-0",
+             "app=fixed")
     fixed["metadata"]["labels"]["app"] = "fixed"
     gone = world.pods.pop(1)
     kubectl.run("delete", "pod", "-n", gone["metadata"]["namespace"], "pod-1",
@@ -397,8 +404,8 @@ def _move(cluster: Cluster, kubectl: Kubectl, kyverno: Kyverno, system: System,
     assert not world.mismatches(policyreports)
     kyverno.stop()
     kyverno.start(scan_interval="20s")
-    kubectl.run("label", "pod", "-n", world.pods[3]["metadata"]["namespace"], "pod-3",
-                "app=moved-back")
+    admitted(kubectl, "label", "pod", "-n", world.pods[3]["metadata"]["namespace"], "pod-3",
+             "app=moved-back", "--overwrite")
     world.pods[3]["metadata"]["labels"]["app"] = "moved-back"
     converge(world, "Kyverno's reports in the CRDs again")
     # again: Kyverno's newer reports in the CRDs are kept, nothing duplicated
