@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+import yaml
+
+from launcher.migrate import MigrationError, read_apiservices
 from launcher.migration import (
     COPIED,
     FAILED,
@@ -116,3 +120,20 @@ def test_a_refusal_reads_the_kubernetes_status() -> None:
               b'"message":"results[0].result: Unsupported value"}')
     assert failure_reason(422, status) == "422 Invalid: results[0].result: Unsupported value"
     assert failure_reason(502, b"bad gateway") == "HTTP 502: bad gateway"
+
+
+def test_the_switch_takes_the_charts_three_apiservices_and_nothing_else() -> None:
+    def apiservice(group: str, version: str, service: bool = True) -> dict[str, object]:
+        spec: dict[str, object] = {"group": group, "version": version}
+        if service:
+            spec["service"] = {"namespace": "reports", "name": "reports-pipeline"}
+        return {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": f"{version}.{group}"}, "spec": spec}
+    three = [apiservice("wgpolicyk8s.io", "v1alpha2"), apiservice("reports.kyverno.io", "v1"),
+             apiservice("openreports.io", "v1alpha1")]
+    assert len(read_apiservices(yaml.safe_dump_all(three))) == 3
+    with pytest.raises(MigrationError, match="must hold"):
+        read_apiservices(yaml.safe_dump_all(three[:2]))
+    with pytest.raises(MigrationError, match="names no service"):
+        read_apiservices(yaml.safe_dump_all([*three[:2], apiservice("openreports.io",
+                                                                     "v1alpha1", False)]))
