@@ -356,6 +356,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="the store of the `up` running on this directory")
         command.add_argument("--page-size", type=positive, default=500,
                              help="objects per list page")
+        command.add_argument("--concurrency", type=positive, default=16,
+                             help="copies in flight at once")
         command.add_argument("--existing", choices=("update", "keep"), default=existing,
                              help="an object the destination already holds with other"
                                   " content: replaced by the source's (update) or left as"
@@ -561,7 +563,8 @@ def _migrate(args: argparse.Namespace) -> int:
         switch = None
         if args.direction == "in" and args.switch is not None:
             switch = migrate.read_apiservices(args.switch.read_text())
-        plan = migrate.Plan(args.direction, page_size=args.page_size, existing=args.existing,
+        plan = migrate.Plan(args.direction, page_size=args.page_size,
+                            concurrency=args.concurrency, existing=args.existing,
                             switch=switch, switch_back=getattr(args, "switch_back", False),
                             settle=getattr(args, "settle", 5.0))
 

@@ -411,6 +411,8 @@ class Copier:
 class Plan:
     direction: str  # "in" or "out"
     page_size: int = 500
+    #: copies in flight at once
+    concurrency: int = 16
     existing: str = "update"
     #: in: the APIServices to take over with (the chart's), after the copy
     switch: list[JSON] | None = None
@@ -487,14 +489,22 @@ async def _copy_all(copier: Copier, source: Api, resource: ResourceType, plan: P
     """Copy every object of ``resource``; the list's resourceVersion."""
     read, version, shown = 0, "", 0.0
     listed_keys: set[Key] = set()
+    slots = asyncio.Semaphore(plan.concurrency)
+
+    async def one(obj: JSON) -> None:
+        async with slots:
+            await copier.copy(resource, obj)
     async for items, listed in source.pages(resource, plan.page_size):
         version = listed
+        now = []
         for obj in items:
             listed_keys.add(key_of(resource, obj))
             if owned_by_reports(obj):
                 deferred.append((resource, obj))
             else:
-                await copier.copy(resource, obj)
+                now.append(obj)
+        # a page's objects are distinct: copied side by side
+        await asyncio.gather(*(one(obj) for obj in now))
         read += len(items)
         if items and time.monotonic() - shown > 1:
             shown = time.monotonic()
