@@ -335,7 +335,13 @@ class Copier:
                     self.tally.add(key, FAILED, err.reason)
                     return
                 # there by now (an earlier run, or a writer): compare with it
-                present = Present.of(await self.destination.call("GET", item(resource, key)))
+                try:
+                    present = Present.of(await self.destination.call("GET",
+                                                                     item(resource, key)))
+                except Refused as again:  # and gone again: the next run sees
+                    self.tally.add(key, FAILED, again.reason)
+                    return
+                self.held[key] = present
             else:
                 self._held(key, meta, made)
                 self.tally.add(key, COPIED)
