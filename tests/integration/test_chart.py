@@ -197,7 +197,7 @@ def test_helm_lint_is_clean(helm: str) -> None:
 def test_readmes_install_command_renders(helm: str) -> None:
     """README's `helm install`, as `helm template` (no cluster here)."""
     readme = (ROOT / "README.md").read_text()
-    helm_part = readme[readme.index("### Helm"):readme.index("### docker-compose")]
+    helm_part = readme[readme.index("### Helm"):readme.index("### Kyverno")]
     [block] = re.findall(r"```sh\n(.*?)```", helm_part, flags=re.S)
     command = shlex.split(block.replace("\\\n", " ").replace("$REGISTRY", "registry.example"))
     assert command[:2] == ["helm", "install"]
