@@ -81,9 +81,9 @@ class MigrationError(RuntimeError):
 
 class Refused(Exception):
     def __init__(self, method: str, path: str, status: int, body: bytes):
-        super().__init__(f"{method} {path}: {failure_reason(status, body)}")
         self.status = status
         self.reason = failure_reason(status, body)
+        super().__init__(f"{method} {path}: {self.reason}")
 
 
 class Api:
@@ -169,13 +169,16 @@ class Api:
                 raise Refused("WATCH", collection(resource), response.status,
                               await response.read())
             yield {"type": CONNECTED}
-            pending = b""
+            started: list[bytes] = []  # a line's pieces so far: joined once
             async for chunk in response.content.iter_any():
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
+                *ends, rest = chunk.split(b"\n")
+                for end in ends:
+                    line = b"".join([*started, end])
+                    started = []
                     if line.strip():
                         yield orjson.loads(line)
+                if rest:
+                    started.append(rest)
 
 
 def collection(resource: ResourceType, namespace: str = "") -> str:
@@ -352,24 +355,23 @@ class Copier:
         elif self.existing == "keep":
             self.tally.add(key, KEPT)
         else:
-            await self._replace(resource, key, meta, body, present, UPDATED)
+            await self._replace(resource, key, meta, body, present)
 
     async def follow(self, resource: ResourceType, event: JSON) -> None:
         """Apply a change the source's watch reported, unless the destination
         changed the object since this copier last wrote or saw it."""
         obj = event.get("object") or {}
         key = key_of(resource, obj)
-        meta = obj.get("metadata") or {}
-        present = self.held.get(key)
         if event.get("type") == "DELETED":
             await self.remove(resource, key)
             return
+        present = self.held.get(key)
         if present is None:
             await self.copy(resource, obj)
             return
         body = copy_body(resource, obj, self.uids)
         if present.digest != digest(body):
-            await self._replace(resource, key, meta, body, present, UPDATED)
+            await self._replace(resource, key, obj.get("metadata") or {}, body, present)
 
     async def remove(self, resource: ResourceType, key: Key) -> None:
         """Delete the destination's object of ``key``, unless it changed
@@ -392,7 +394,9 @@ class Copier:
         self.tally.add(key, DELETED)
 
     async def _replace(self, resource: ResourceType, key: Key, meta: JSON, body: JSON,
-                       present: Present, outcome: str) -> None:
+                       present: Present) -> None:
+        """Replace the destination's object with ``body``, on the condition
+        that it is still ``present``."""
         conditional = {**body, "metadata": {**body["metadata"],
                                             "resourceVersion": present.resource_version}}
         try:
@@ -404,7 +408,7 @@ class Copier:
                 self.tally.add(key, FAILED, err.reason)
             return
         self._held(key, meta, made)
-        self.tally.add(key, outcome)
+        self.tally.add(key, UPDATED)
 
     def _held(self, key: Key, meta: JSON, made: JSON) -> None:
         present = Present.of(made)

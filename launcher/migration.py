@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,16 +94,12 @@ class Present:
 
 COPIED, UPDATED, UNCHANGED, KEPT, SKIPPED, FAILED, DELETED = (
     "copied", "updated", "unchanged", "kept", "skipped", "failed", "deleted")
+#: copied: created at the destination; updated: the destination's copy
+#: differed and was replaced; unchanged: the destination held the same; kept:
+#: the destination's own (newer) object was left as it is; deleted: gone from
+#: the source since it was copied, and so from the destination; skipped: not
+#: copied (the reason is given); failed: the destination refused it
 OUTCOMES = (COPIED, UPDATED, UNCHANGED, KEPT, DELETED, SKIPPED, FAILED)
-MEANING = {
-    COPIED: "created at the destination",
-    UPDATED: "the destination's copy differed and was replaced",
-    UNCHANGED: "the destination already held the same",
-    KEPT: "the destination's own (newer) object was left as it is",
-    DELETED: "gone from the source since it was copied, and so from the destination",
-    SKIPPED: "not copied",
-    FAILED: "the destination refused it",
-}
 
 
 @dataclass
@@ -126,7 +122,8 @@ class Tally:
     def seen(self) -> int:
         return sum(sum(c.values()) for c in self.counts.values())
 
-    def lines(self, resources: Iterable[ResourceType], *, reasons_shown: int = 20) -> list[str]:
+    def lines(self, resources: Sequence[ResourceType], *, reasons_shown: int = 20
+              ) -> list[str]:
         """The summary: a row per resource, totals, and why objects were
         skipped or failed (the first ``reasons_shown``)."""
         width = max(len(r.plural) for r in resources) if resources else 10
