@@ -1,4 +1,6 @@
-"""Publishing write requests to the committer and awaiting its replies."""
+"""Handing write requests to the committer and awaiting its replies: through
+the requests and replies topics, or directly to a committer in this process
+that owns the requests partition (``up``)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,14 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from apiserver.errors import FromStatus, Timeout, Unavailable
+from pipeline.commit.service import NotDecided, OutcomeUnknown
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import DecodeError, Reply, WriteRequest
 from pipeline.model.objects import object_key
@@ -22,12 +26,16 @@ from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 STAGE = metrics.WRITE_STAGE_SECONDS.labels
+#: A committer in this process: takes a request, or None when it cannot
+#: decide it (it does not own the requests partition).
+HandOver = Callable[[WriteRequest], "asyncio.Future[Reply] | None"]
 
 
 class Writer:
-    def __init__(self, settings: Settings, *, bootstrap: str):
+    def __init__(self, settings: Settings, *, bootstrap: str, local: HandOver | None = None):
         self._settings = settings
         self._bootstrap = bootstrap
+        self._local = local
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._pending: dict[str, asyncio.Future[Reply]] = {}
@@ -82,12 +90,39 @@ class Writer:
                      finalizer: str = "", manager: str = "", applied: bool = False) -> Reply:
         """Ask the committer for a write; returns its successful reply or raises
         the error it decided."""
-        assert self._producer is not None
         req = WriteRequest(id=str(uuid.uuid4()), op=op, resource=resource,  # type: ignore[arg-type]
                            namespace=namespace, name=name, reply_to=self._settings.replies_topic,
                            now=now, obj=obj, preconditions=preconditions or {},
                            dry_run=dry_run, finalizer=finalizer, manager=manager,
                            applied=applied)
+        reply = await self._hand_over(req)
+        if reply is None:
+            reply = await self._publish(req)
+        if reply.status is not None:
+            raise FromStatus(reply.status)
+        return reply
+
+    async def _hand_over(self, req: WriteRequest) -> Reply | None:
+        """The reply of the committer in this process; None when it gave the
+        request back undecided."""
+        answer = self._local(req) if self._local is not None else None
+        if answer is None:
+            return None
+        started = time.perf_counter()
+        try:
+            reply = await asyncio.wait_for(answer, self._settings.write_timeout)
+        except NotDecided:
+            return None
+        except (TimeoutError, OutcomeUnknown) as err:
+            raise Timeout("the write was not confirmed in time; its outcome is unknown",
+                          retry_after=1) from err
+        STAGE("produce").observe(0.0)  # nothing to publish
+        STAGE("commit").observe(time.perf_counter() - started)
+        return reply
+
+    async def _publish(self, req: WriteRequest) -> Reply:
+        """The reply to ``req`` sent through the requests topic."""
+        assert self._producer is not None
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending[req.id] = fut
         try:
@@ -95,7 +130,8 @@ class Writer:
             try:
                 await self._producer.send_and_wait(
                     self._settings.requests_topic, req.encode(),
-                    key=object_key(resource, namespace, name).encode(), partition=PARTITION)
+                    key=object_key(req.resource, req.namespace, req.name).encode(),
+                    partition=PARTITION)
             except KafkaError as err:
                 raise Unavailable(f"cannot publish the write: {err}", retry_after=1) from err
             produced = time.perf_counter()
@@ -108,6 +144,4 @@ class Writer:
             STAGE("commit").observe(time.perf_counter() - produced)
         finally:
             self._pending.pop(req.id, None)
-        if reply.status is not None:
-            raise FromStatus(reply.status)
         return reply

@@ -256,7 +256,9 @@ class System:
         self.changelog = changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
         await changelog.start()
         self._on_stop("the change-log cache", changelog.stop)
-        writer = Writer(settings, bootstrap=self.bootstrap)
+        # the committer in this process, when there is one, takes writes directly
+        writer = Writer(settings, bootstrap=self.bootstrap,
+                        local=self.committer.submit if self.committer is not None else None)
         await writer.start()
         self._on_stop("the request writer", writer.stop)
 

@@ -12,6 +12,16 @@ change, spend a resourceVersion or answer a writer: its commit fails, it drops
 its state and goes back to waiting for the partition. Requests it had consumed
 are decided again by the new owner, from the offsets the last committed
 transaction recorded (exactly once).
+
+A frontend in the committer's own process (``up``) hands it requests directly
+(``submit``) rather than through the requests topic: a write then takes no
+produce, no fetch and no reply record, and its batch's transaction holds only
+its changes (or, for a batch of refusals, nothing but the requests offset
+that proves this committer still owns the partition). Such a request is
+answered when its transaction has committed; one this committer cannot decide
+(it does not own the partition) is given back (``NotDecided``) for the
+requests topic, and one whose transaction's outcome it does not know fails
+``OutcomeUnknown``.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -30,7 +41,7 @@ from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
 from pipeline.kafka.transactions import CoordinatorView
-from pipeline.model.messages import DecodeError, WriteRequest, change_headers
+from pipeline.model.messages import DecodeError, Reply, WriteRequest, change_headers
 from pipeline.model.objects import identity, object_key
 from pipeline.model.topics import PARTITION
 from pipeline.observe import metrics
@@ -46,6 +57,26 @@ COMMITTER_RETRY_BACKOFF_MS = 5
 
 class Fenced(RuntimeError):
     """Another committer took over: this one may publish nothing more."""
+
+
+class NotDecided(RuntimeError):
+    """A request handed over in process was not decided (this worker does not
+    own the requests partition, or the batch failed before its commit): send
+    it through the requests topic."""
+
+
+class OutcomeUnknown(RuntimeError):
+    """A request handed over in process was in a transaction whose commit
+    failed: it may or may not have been committed."""
+
+
+@dataclass(frozen=True)
+class _Local:
+    """A request handed over in process, its answer, and when (Unix seconds)."""
+
+    request: WriteRequest
+    answer: asyncio.Future[Reply]
+    at: float
 
 
 class _Ownership(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -69,9 +100,15 @@ class CommitService:
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()  # one batch at a time; a rebalance waits for it
         self._task: asyncio.Task[None] | None = None
+        self._fetch: asyncio.Future[Any] | None = None
         #: The coordinator's view of the transactional.id before this worker's
         #: take-over changed it (a 1-tuple: the view may be None).
         self._before: tuple[CoordinatorView | None] | None = None
+        self._local: list[_Local] = []
+        self._arrived = asyncio.Event()
+        #: the requests partition's next offset as this committer last
+        #: committed it (None: not known since it took over)
+        self._next_offset: int | None = None
         self.owning = False
         #: Transactions committed and lost to fencing (for tests and metrics).
         self.committed = 0
@@ -90,7 +127,10 @@ class CommitService:
 
     async def stop(self) -> None:
         await cancel(self._task)
+        if self._fetch is not None:
+            self._fetch.cancel()
         await self.release()
+        self._give_back(self._take_local(len(self._local)))
         if self._consumer is not None:
             await self._consumer.stop()
 
@@ -101,8 +141,33 @@ class CommitService:
             self.owning = False
             await self._drop_producer()
 
+    def submit(self, request: WriteRequest) -> asyncio.Future[Reply] | None:
+        """Hand ``request`` over in process; None when this worker does not
+        own the requests partition (send it through the topic instead)."""
+        if not self.owning or self._task is None or self._task.done():
+            return None
+        answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._local.append(_Local(request, answer, time.time()))
+        self._arrived.set()
+        return answer
+
+    def _take_local(self, most: int) -> list[_Local]:
+        taken, self._local = self._local[:most], self._local[most:]
+        if not self._local:
+            self._arrived.clear()
+        # a writer that stopped waiting (its timeout) gets no decision: its
+        # write was not published, as its timeout told it might be
+        return [x for x in taken if not x.answer.done()]
+
+    @staticmethod
+    def _give_back(local: list[_Local], error: type[Exception] = NotDecided) -> None:
+        for x in local:
+            if not x.answer.done():
+                x.answer.set_exception(error())
+
     async def _drop_producer(self) -> None:
         producer, self._producer = self._producer, None
+        self._next_offset = None
         self._committer.invalidate()
         if producer is not None:
             with contextlib.suppress(KafkaError):
@@ -152,9 +217,9 @@ class CommitService:
         assert self._consumer is not None
         while True:
             try:
-                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
-                records = batch.get(self._tp, [])
-                if records:
+                records = await self._next()
+                local = self._take_local(MAX_BATCH)
+                if records or local:
                     # No fetch while this batch is decided and published: one
                     # would return with only the requests that had arrived by
                     # then, the first of the batch's time, and the rest would
@@ -163,7 +228,7 @@ class CommitService:
                     self._consumer.pause(self._tp)
                     try:
                         async with self._lock:
-                            await self._process(records)
+                            await self._process(records, local)
                     finally:
                         with contextlib.suppress(IllegalStateError):
                             self._consumer.resume(self._tp)
@@ -177,9 +242,31 @@ class CommitService:
                 log.exception("committing a batch failed; retrying from the last commit")
                 await asyncio.sleep(1)
 
-    async def _process(self, records: list[Any]) -> None:
+    async def _next(self) -> list[Any]:
+        """The requests the topic has for this committer, as soon as it has
+        some or one is handed over in process (then perhaps none); within a
+        second. One fetch is outstanding at a time, kept across calls: a
+        cancelled one would leave its waiter with the consumer."""
+        assert self._consumer is not None
+        if self._fetch is None:
+            self._fetch = asyncio.ensure_future(
+                self._consumer.getmany(self._tp, timeout_ms=1000))
+        if not self._local:
+            arrived = asyncio.ensure_future(self._arrived.wait())
+            try:
+                await asyncio.wait((self._fetch, arrived), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                arrived.cancel()
+        if not self._fetch.done():
+            return []
+        fetch, self._fetch = self._fetch, None
+        return list(fetch.result().get(self._tp, []))
+
+    async def _process(self, records: list[Any], local: list[_Local]) -> None:
         if not self.owning:
-            return  # revoked between fetch and now: the new owner decides these
+            # revoked between fetch and now: the new owner decides these
+            self._give_back(local)
+            return
         if self._producer is None:
             assert self._consumer is not None
             try:
@@ -190,46 +277,68 @@ class CommitService:
                 committed = await self._consumer.committed(self._tp)
             except BaseException:
                 await self._drop_producer()
-                self._consumer.seek(self._tp, records[0].offset)  # decided after a take-over
+                if records:
+                    self._consumer.seek(self._tp, records[0].offset)  # decided after a take-over
+                self._give_back(local)
                 raise
-            if committed is not None and committed != records[0].offset:
+            if records and committed is not None and committed != records[0].offset:
                 # decided by the earlier committer, or not yet
                 records = [r for r in records if r.offset >= committed]
                 if not records or records[0].offset != committed:
                     self._consumer.seek(self._tp, committed)
-                    return
+                    records = []
+            self._next_offset = committed
         requests = []
         for record in records:
             try:
                 requests.append(WriteRequest.decode(record.value))
             except DecodeError:
                 log.warning("skipping undecodable request at offset %s", record.offset)
+        replied = len(requests)  # these are answered on their reply topics
+        requests.extend(x.request for x in local)
+        if not requests:
+            return
         metrics.COMMITTER_BATCH.observe(len(requests))
         highwater = self._consumer.highwater(self._tp) if self._consumer else None
-        if highwater is not None:
+        if highwater is not None and records:
             metrics.CONSUMER_LAG.labels("committer").set(
                 max(0, highwater - records[-1].offset - 1))
         taken = time.time()
+        committing = False
         try:
             decided = time.perf_counter()
             decisions = await self._committer.decide_batch(requests)
             published = time.perf_counter()
-            await self.publish(requests, decisions, next_offset=records[-1].offset + 1)
-            _observe(records, taken, published - decided, time.perf_counter() - published)
-            await self._committer.trim()
-        except BaseException:
-            # Nothing of this batch is visible: decide it again, from state
-            # recovered from the log.
+            committing = True
+            await self.publish(requests, decisions, replied=replied,
+                               next_offset=records[-1].offset + 1 if records else None)
+            _observe([r.timestamp / 1000 for r in records] + [x.at for x in local],
+                     taken, published - decided, time.perf_counter() - published)
+        except BaseException as err:
+            # Nothing of this batch is visible (unless its commit failed
+            # unseen): decide it again, from state recovered from the log.
             self._committer.invalidate()
-            await self._rewind(records[0].offset)
+            if records:
+                await self._rewind(records[0].offset)
+            unknown = committing and not isinstance(err, Fenced | asyncio.CancelledError)
+            self._give_back(local, OutcomeUnknown if unknown else NotDecided)
             raise
+        for x, d in zip(local, decisions[replied:], strict=True):
+            if not x.answer.done():
+                x.answer.set_result(d.reply)
+        await self._committer.trim()
 
     async def publish(self, requests: list[WriteRequest], decisions: list[Decision], *,
-                      next_offset: int) -> None:
-        """One transaction: the batch's changes, its replies, and the requests
-        partition's next offset. Raises Fenced if another committer took over."""
+                      next_offset: int | None, replied: int | None = None) -> None:
+        """One transaction: the batch's changes, the replies of its first
+        ``replied`` requests (all by default; the rest were handed over in
+        process), and the requests partition's next offset (None: the last
+        committed one, recorded again only when nothing else is: a transaction
+        of this producer is what proves it may answer). Raises Fenced if
+        another committer took over."""
         producer = self._producer
         assert producer is not None
+        replied = len(requests) if replied is None else replied
         sent: list[asyncio.Future[Any]] = []
         try:
             await producer.begin_transaction()
@@ -239,13 +348,20 @@ class CommitService:
                         self._settings.changes_topic, d.change.encode(),
                         key=object_key(*identity(d.change.obj)).encode(), partition=PARTITION,
                         headers=change_headers(d.change)))
-            for req, d in zip(requests, decisions, strict=True):
+            for req, d in zip(requests[:replied], decisions[:replied], strict=True):
                 sent.append(await producer.send(req.reply_to, d.reply.encode(),
                                                 key=req.id.encode(), partition=PARTITION))
-            await producer.send_offsets_to_transaction(
-                {self._tp: OffsetAndMetadata(next_offset, "")}, self._settings.committer_group)
+            if next_offset is None and not sent:
+                # none committed yet: nothing was ever decided from the topic
+                next_offset = self._next_offset or 0
+            if next_offset is not None:
+                await producer.send_offsets_to_transaction(
+                    {self._tp: OffsetAndMetadata(next_offset, "")},
+                    self._settings.committer_group)
             await producer.commit_transaction()
             self.committed += 1
+            if next_offset is not None:
+                self._next_offset = next_offset
         except ProducerFenced as err:
             self.fenced += 1
             await self._drop_producer()
@@ -271,14 +387,14 @@ class CommitService:
             self._consumer.seek(self._tp, first if committed is None else committed)
 
 
-def _observe(records: list[Any], taken: float, decide: float, publish: float) -> None:
+def _observe(arrived: list[float], taken: float, decide: float, publish: float) -> None:
     """A committed batch's times: per batch, and per write (each request waited
-    in its topic from its publication until ``taken``)."""
+    from its publication or hand-over, ``arrived``, until ``taken``)."""
     metrics.COMMITTER_TRANSACTION_SECONDS.labels("decide").observe(decide)
     metrics.COMMITTER_TRANSACTION_SECONDS.labels("publish").observe(publish)
     stage = metrics.WRITE_STAGE_SECONDS.labels
-    for record in records:
-        stage("queue").observe(max(0.0, taken - record.timestamp / 1000))
+    for at in arrived:
+        stage("queue").observe(max(0.0, taken - at))
         stage("decide").observe(decide)
         stage("transaction").observe(publish)
 

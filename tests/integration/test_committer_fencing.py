@@ -5,6 +5,8 @@ log or a writer; the new committer continues the resourceVersion sequence."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,9 +16,10 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import ProducerFenced
 
+from apiserver.errors import FromStatus
 from apiserver.writes import Writer
 from pipeline.clickhouse.store import ReportStore
-from pipeline.commit.service import CommitService, Fenced
+from pipeline.commit.service import CommitService, Fenced, NotDecided, _Local
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import Change, Reply, WriteRequest
 from pipeline.model.resources import RESOURCES
@@ -144,3 +147,92 @@ async def test_the_group_hands_the_partition_to_the_next_committer(
         await writer.stop()
         for s in services:
             await s.stop()
+
+
+async def owning(svc: CommitService) -> None:
+    """Until the group has given ``svc`` the requests partition."""
+    async with asyncio.timeout(30):
+        while not svc.owning:
+            await asyncio.sleep(0.05)
+
+
+def local(request: WriteRequest) -> _Local:
+    return _Local(request, asyncio.get_running_loop().create_future(), time.time())
+
+
+async def test_a_committer_in_process_takes_writes_without_the_topics(
+        pipeline_parts: tuple[Settings, ReportStore]) -> None:
+    """``up``'s frontend hands writes to the committer beside it: successes,
+    refusals and dry runs are answered as through the topics, and no request
+    or reply record is written; a writer beside a committer that does not own
+    the partition goes through the topics to the one that does."""
+    settings, store = pipeline_parts
+    svc, other = service(settings, store), service(settings, store)
+    await svc.start()
+    await owning(svc)
+    await other.start()
+    writer = Writer(settings, bootstrap=settings.kafka_bootstrap, local=svc.submit)
+    remote = Writer(settings, bootstrap=settings.kafka_bootstrap, local=other.submit)
+    await writer.start()
+    await remote.start()
+    try:
+        async def write(w: Writer, name: str, **kwargs: Any) -> Reply:
+            return await w.submit(**{"op": "create", "resource": POLR.id, "namespace": "ns",
+                                     "name": name, "now": "2026-11-22T00:00:00Z",
+                                     "obj": report(POLR, name, "ns"), **kwargs})
+        made = await write(writer, "a")
+        assert made.status is None and made.resource_version > EMPTY_RESOURCE_VERSION
+        with pytest.raises(FromStatus) as refused:
+            await write(writer, "a")
+        assert refused.value.reason == "AlreadyExists"
+        stale = report(POLR, "a", "ns")
+        stale["metadata"]["resourceVersion"] = str(made.resource_version - 1)
+        with pytest.raises(FromStatus) as refused:
+            await write(writer, "a", op="update", obj=stale)
+        assert refused.value.reason == "Conflict"
+        dry = await write(writer, "b", dry_run=True)
+        assert dry.obj is not None and dry.obj["metadata"]["name"] == "b"
+        assert svc.committed == 4, "one transaction each: the change; the offset alone for the rest"
+        assert not await committed(settings, settings.requests_topic)
+        assert not await committed(settings, settings.replies_topic)
+
+        # not the owner: through the topics, decided by the owner
+        assert other.submit(create(settings, "x")) is None
+        through = await write(remote, "c")
+        assert through.resource_version == made.resource_version + 1
+        assert len(await committed(settings, settings.requests_topic)) == 1
+        assert [Reply.decode(r.value).request_id
+                for r in await committed(settings, settings.replies_topic)] == [through.request_id]
+    finally:
+        await writer.stop()
+        await remote.stop()
+        await svc.stop()
+        await other.stop()
+    names = [Change.decode(r.value).obj["metadata"]["name"]
+             for r in await committed(settings, settings.changes_topic)]
+    assert names == ["a", "c"]
+
+
+async def test_a_deposed_committer_cannot_answer_in_process(
+        pipeline_parts: tuple[Settings, ReportStore]) -> None:
+    """A refusal needs no change, yet a committer that another has taken over
+    from does not answer it: its transaction (the offset alone) is fenced and
+    the request is given back for the topics, as is a write's."""
+    settings, store = pipeline_parts
+    first, second = service(settings, store), service(settings, store)
+    await first.take_over()
+    first.owning = True
+    wrote = local(create(settings, "a"))
+    await first._process([], [wrote])
+    assert (await wrote.answer).status is None
+
+    await second.take_over()
+    refusal = local(create(settings, "a"))  # AlreadyExists: a batch with no change
+    with pytest.raises(Fenced):
+        await first._process([], [refusal])
+    with pytest.raises(NotDecided):
+        await refusal.answer
+    await second.release()
+    names = [Change.decode(r.value).obj["metadata"]["name"]
+             for r in await committed(settings, settings.changes_topic)]
+    assert names == ["a"]
