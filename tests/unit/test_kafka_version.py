@@ -50,3 +50,23 @@ def test_a_killed_brokers_port_is_free_again_while_only_its_connections_linger()
     listener.close()
     client.close()
     assert _port_free(port)
+
+
+async def test_a_transaction_begun_while_the_last_ones_markers_are_written_asks_again_soon(
+        ) -> None:
+    """aiokafka's own AddPartitionsToTxn handler, given the coordinator's
+    CONCURRENT_TRANSACTIONS for a transaction's first partition, waits the
+    project's backoff rather than its fixed 20 ms (what it reads is a module
+    constant, so this shows the setting reaches it)."""
+    from types import SimpleNamespace
+
+    from aiokafka.errors import ConcurrentTransactions
+    from aiokafka.producer.sender import AddPartitionsToTxnHandler
+    from aiokafka.producer.transaction_manager import TransactionManager
+
+    from pipeline.kafka.client import CONCURRENT_TRANSACTIONS_BACKOFF_S
+
+    sender = SimpleNamespace(_retry_backoff=0.1, _txn_manager=TransactionManager("t", 60000))
+    handler = AddPartitionsToTxnHandler(sender, [])
+    response = SimpleNamespace(errors=[("changes", [(0, ConcurrentTransactions.errno)])])
+    assert handler.handle_response(response) == CONCURRENT_TRANSACTIONS_BACKOFF_S < 0.005
