@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import faust
 
-from pipeline.aggregate.agent import Aggregator, Topics
+from pipeline.aggregate.agent import YIELD_EVERY, Aggregator, Topics
 from pipeline.clickhouse.store import ReportStore
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
@@ -147,7 +147,9 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                         if not arrived.empty():
                             continue
                 batch = []
-                for e in pending:
+                for n, e in enumerate(pending, 1):
+                    if n % YIELD_EVERY == 0:
+                        await asyncio.sleep(0)  # decoding holds the event loop
                     change = kafka.change_from_record(e.message)
                     if change is not None:
                         # Faust's message timestamps are in seconds

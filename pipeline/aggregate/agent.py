@@ -54,6 +54,10 @@ class Topics:
     result_events: str
     summaries: str
 
+#: Changes applied before the event loop runs other work (requests, the
+#: committer) in between.
+YIELD_EVERY = 50
+
 
 class Aggregator:
     def __init__(self, *, store: ReportStore, contributions: MutableMapping[str, Any],
@@ -68,6 +72,9 @@ class Aggregator:
         self._window = window_seconds
         self._totals: dict[aggregate.CountKey, int] | None = None
         self._sent: list[Awaitable[Any]] = []
+        #: one batch or refresh at a time: a batch lets the event loop run
+        #: other work as it goes, and a refresh must not see it half applied
+        self._applying = asyncio.Lock()
 
     async def _send(self, topic: str, key: bytes, value: bytes) -> None:
         self._sent.append(await self._publish(topic, key, value))
@@ -149,18 +156,23 @@ class Aggregator:
     async def refresh(self) -> None:
         """Publish every current count again, so the summaries topic, whose
         records are deleted after its retention, always holds them."""
-        if self._totals is None:
-            return
-        per_policy = aggregate.by_policy(self._totals)
-        await self._emit_counts(per_policy.keys(), per_policy, await self._store.watermark(),
-                                datetime.now(UTC))
-        await self._delivered()
+        async with self._applying:
+            if self._totals is None:
+                return
+            per_policy = aggregate.by_policy(self._totals)
+            await self._emit_counts(per_policy.keys(), per_policy,
+                                    await self._store.watermark(), datetime.now(UTC))
+            await self._delivered()
 
     async def process(self, batch: Iterable[tuple[Change, float]]) -> None:
         """Apply a batch of (change, commit timestamp) in log order."""
         batch = list(batch)
         if not batch:
             return
+        async with self._applying:
+            await self._process(batch)
+
+    async def _process(self, batch: list[tuple[Change, float]]) -> None:
         await self._ready(batch[0][0].resource_version)
         assert self._totals is not None
         # Window increments are summed over the batch and applied once per key:
@@ -174,7 +186,9 @@ class Aggregator:
         # each key is written once a batch: every table write is a changelog
         # record, and a report often changes twice in a second (None: deleted)
         updated: dict[str, dict[str, Any] | None] = {}
-        for change, ts in batch:
+        for n, (change, ts) in enumerate(batch, 1):
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a second's changes hold the loop ~100 ms
             key = objects.object_key(*objects.identity(change.obj))
             previous = updated[key] if key in updated else self._contributions.get(key)
             outcome = aggregate.apply_change(

@@ -314,13 +314,15 @@ class ReportStore:
         when the batch, or each change, was committed (default: now).
         ``object_json``: each change's object as the log holds it (spares
         encoding it again)."""
-        reports, results = rows.change_rows(changes, committed or datetime.now(UTC),
-                                            cluster=self._settings.cluster,
-                                            object_json=object_json)
-        progress = rows.encode([[topic, partition, offset,
-                                 max(c.resource_version for c in changes)]])
+        committed = committed or datetime.now(UTC)
 
         def insert(client: Client) -> None:
+            # encoded in the store's thread, like the insert: hundreds of
+            # reports a batch, too long a wait for the event loop's other work
+            reports, results = rows.change_rows(changes, committed, cluster=self._settings.cluster,
+                                                object_json=object_json)
+            progress = rows.encode([[topic, partition, offset,
+                                     max(c.resource_version for c in changes)]])
             if reports:
                 client.raw_insert("reports", rows.REPORT_COLUMNS, reports, fmt=rows.FORMAT)
             if results:

@@ -94,9 +94,12 @@ class Committer:
         return decisions
 
     async def trim(self) -> None:
-        """Drop state ClickHouse already holds, once there is much of it: what
-        stays is bounded by ``max_keys`` plus the materializer's lag. At most
-        once a second: while the materializer lags, every batch would ask."""
+        """Drop state ClickHouse already holds, once there is much of it: every
+        deletion, and of the objects that exist all but the ``max_keys`` written
+        last (the ones writers keep coming back to: a Pod's report is updated
+        again and again, while admission's reports are created and deleted).
+        What stays is bounded by ``max_keys`` plus the materializer's lag. At
+        most once a second: while the materializer lags, every batch would ask."""
         if len(self._state) <= self._max_keys:
             return
         now = time.monotonic()
@@ -104,4 +107,15 @@ class Committer:
             return
         self._trimmed = now
         watermark = await self._store.watermark()
-        self._state = {k: v for k, v in self._state.items() if v.resource_version > watermark}
+        self._state = kept(self._state, watermark, self._max_keys)
+
+
+def kept(state: dict[Key, Current], watermark: int, most: int) -> dict[Key, Current]:
+    """What the committer keeps of ``state`` once ClickHouse holds every
+    version up to ``watermark``: every later version, and the ``most``
+    newest of the earlier versions of objects that exist. Pure."""
+    fresh = {k: v for k, v in state.items() if v.resource_version > watermark}
+    held = sorted(((v.resource_version, k) for k, v in state.items()
+                   if v.resource_version <= watermark and not v.deleted), reverse=True)
+    fresh.update((k, state[k]) for _, k in held[:most])
+    return fresh

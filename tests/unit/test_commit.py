@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipeline.commit.decision import current_after, decide
+from pipeline.commit.state import kept
 from pipeline.model.messages import WriteRequest
 from pipeline.model.resources import RESOURCES
 from pipeline.model.versions import Current
@@ -136,3 +137,16 @@ def test_foreground_and_orphan_deletions_leave_the_garbage_collectors_finalizer(
         assert again.change is None
     background = decide(req("delete", "d"), cur, 6)
     assert background.change is not None and background.change.type == "DELETED"
+
+
+def test_the_committer_keeps_the_objects_written_last_and_forgets_deletions() -> None:
+    """Once ClickHouse holds them: every deletion goes, and of the objects
+    that exist the ``most`` written last stay (the reports writers come back
+    to); versions ClickHouse does not hold yet all stay."""
+    def at(rv: int, deleted: bool = False) -> Current:
+        return Current(rv, {}, deleted)
+    state = {("r", "ns", "hot"): at(9), ("r", "ns", "cold"): at(2), ("r", "ns", "warm"): at(7),
+             ("r", "ns", "gone"): at(8, deleted=True), ("r", "ns", "new"): at(11),
+             ("r", "ns", "new-gone"): at(12, deleted=True)}
+    assert set(kept(state, 10, 2)) == {("r", "ns", k) for k in ("hot", "warm", "new", "new-gone")}
+    assert set(kept(state, 10, 0)) == {("r", "ns", "new"), ("r", "ns", "new-gone")}
