@@ -91,7 +91,8 @@ class Settings:
 
     committer_cache_keys: int = 2000
     """REPORTS_COMMITTER_CACHE_KEYS: objects whose latest version the committer
-    keeps in memory beyond those ClickHouse does not hold yet."""
+    keeps in memory (those written last) beyond those ClickHouse does not
+    hold yet."""
 
     instance_id: str = ""
     """REPORTS_INSTANCE_ID: a stable name of this worker (static Kafka group
