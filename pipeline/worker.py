@@ -22,12 +22,14 @@ from typing import Any, cast
 
 import faust
 
-from pipeline.aggregate.agent import YIELD_EVERY, Aggregator, Topics
+from pipeline.aggregate import counts as aggregate
+from pipeline.aggregate.agent import Aggregator, Topics
 from pipeline.clickhouse.store import ReportStore
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import Change
 from pipeline.model.topics import PARTITION
+from pipeline.runtime.tasks import Turns
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -147,9 +149,11 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
                         if not arrived.empty():
                             continue
                 batch = []
-                for n, e in enumerate(pending, 1):
-                    if n % YIELD_EVERY == 0:
-                        await asyncio.sleep(0)  # decoding holds the event loop
+                turns = Turns()  # decoding a second's changes holds the event loop
+                for e in pending:
+                    if not aggregate.counted_key(e.message.key):
+                        continue
+                    await turns.take()
                     change = kafka.change_from_record(e.message)
                     if change is not None:
                         # Faust's message timestamps are in seconds

@@ -31,6 +31,7 @@ from pipeline.clickhouse.store import ReportStore
 from pipeline.model import objects, resources
 from pipeline.model.messages import Change
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
+from pipeline.runtime.tasks import Turns
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -53,11 +54,6 @@ def window_start(ts: float, size: int) -> int:
 class Topics:
     result_events: str
     summaries: str
-
-#: Changes applied before the event loop runs other work (requests, the
-#: committer) in between.
-YIELD_EVERY = 50
-
 
 class Aggregator:
     def __init__(self, *, store: ReportStore, contributions: MutableMapping[str, Any],
@@ -186,9 +182,9 @@ class Aggregator:
         # each key is written once a batch: every table write is a changelog
         # record, and a report often changes twice in a second (None: deleted)
         updated: dict[str, dict[str, Any] | None] = {}
-        for n, (change, ts) in enumerate(batch, 1):
-            if n % YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # a second's changes hold the loop ~100 ms
+        turns = Turns()  # a second's changes would hold the event loop 100 ms
+        for change, ts in batch:
+            await turns.take()
             key = objects.object_key(*objects.identity(change.obj))
             previous = updated[key] if key in updated else self._contributions.get(key)
             outcome = aggregate.apply_change(

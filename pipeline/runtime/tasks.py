@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 
@@ -22,3 +23,19 @@ async def cancel(task: asyncio.Task[Any] | None) -> None:
     await asyncio.wait({task})
     if not task.cancelled() and (error := task.exception()) is not None:
         raise error
+
+
+class Turns:
+    """Long synchronous work, such as a batch of a second's changes, done in
+    turns: ``take()`` lets the event loop run whatever else is ready once the
+    current turn has lasted ``seconds``. Requests wait at most about that long
+    for it, and the work loses its place in the loop only that often."""
+
+    def __init__(self, seconds: float = 0.02):
+        self._seconds = seconds
+        self._began = time.perf_counter()
+
+    async def take(self) -> None:
+        if time.perf_counter() - self._began >= self._seconds:
+            await asyncio.sleep(0)
+            self._began = time.perf_counter()

@@ -105,3 +105,16 @@ def test_counts_across_namespaces_sum_every_namespace_of_a_policy() -> None:
     assert aggregate.across_namespaces(totals) == {
         "p": {"pass": 1, "fail": 5, "warn": 0, "error": 0, "skip": 0},
         "q": {"pass": 4, "fail": 0, "warn": 0, "error": 0, "skip": 0}}
+
+
+def test_ephemeral_reports_are_left_out_by_their_key_alone() -> None:
+    """The change log's key names the resource: the changes of ephemeral
+    reports, never counted, are skipped before their object is decoded."""
+    from pipeline.model.objects import object_key
+    for rtype in RESOURCES:
+        key = object_key(rtype, "ns" if rtype.namespaced else "", "a").encode()
+        assert aggregate.counted_key(key) == aggregate.counted(rtype)
+        assert aggregate.counted_key(key) == (aggregate.contribution(
+            report(rtype, "a", "ns" if rtype.namespaced else ""), 1) is not None)
+    assert aggregate.counted_key(b"widgets.example.com/ns/a")  # unknown: decoded, then judged
+    assert aggregate.counted_key(None)
