@@ -70,3 +70,28 @@ async def test_a_transaction_begun_while_the_last_ones_markers_are_written_asks_
     handler = AddPartitionsToTxnHandler(sender, [])
     response = SimpleNamespace(errors=[("changes", [(0, ConcurrentTransactions.errno)])])
     assert handler.handle_response(response) == CONCURRENT_TRANSACTIONS_BACKOFF_S < 0.005
+
+
+async def test_a_commit_flushes_what_the_agents_had_sent_not_until_they_stop() -> None:
+    """Faust flushes its producer before every offset commit; ours sends what
+    its buffer held when the flush began (the agent keeps adding table
+    records), then waits for what the Kafka producer holds."""
+    from types import SimpleNamespace
+
+    from pipeline.kafka.client import FlushSentProducer
+
+    asked: list[object] = []
+
+    async def flush_atmost(n: int) -> int:
+        asked.append(n)
+        return n
+
+    async def flush() -> None:
+        asked.append("kafka")
+
+    producer = object.__new__(FlushSentProducer)
+    producer.buffer = SimpleNamespace(size=7, flush_atmost=flush_atmost)  # type: ignore[assignment]
+    producer._producer = SimpleNamespace(flush=flush)  # type: ignore[assignment]
+    producer._transaction_producers = {}
+    await producer.flush()
+    assert asked == [7, "kafka"]
