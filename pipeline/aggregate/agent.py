@@ -55,6 +55,7 @@ class Topics:
     result_events: str
     summaries: str
 
+
 class Aggregator:
     def __init__(self, *, store: ReportStore, contributions: MutableMapping[str, Any],
                  activity: Any, publish: Publish, topics: Topics, cluster: str,

@@ -296,7 +296,7 @@ class CommitService:
                 log.warning("skipping undecodable request at offset %s", record.offset)
         replied = len(requests)  # these are answered on their reply topics
         requests.extend(x.request for x in local)
-        if not requests:
+        if not requests and not records:
             return
         metrics.COMMITTER_BATCH.observe(len(requests))
         highwater = self._consumer.highwater(self._tp) if self._consumer else None
