@@ -331,13 +331,15 @@ class ChangeLog:
         return event.change if event else None
 
     def newest(self, resource: str, namespace: str | None,
-               after: tuple[str, str] | None = None) -> list[tuple[Key, Cached]]:
+               after: tuple[str, str] | None = None, upto: tuple[str, str] | None = None
+               ) -> list[tuple[Key, Cached]]:
         """The latest change of every key of ``resource`` (in ``namespace``)
-        past ``after``, in key order."""
+        past ``after`` and up to ``upto`` (inclusive), in key order."""
         start: Key = (resource, *after) if after else (resource, namespace or "", "")
         out = []
         latest = self._latest
-        for key in latest.irange(minimum=start, inclusive=(after is None, True)):
+        for key in latest.irange(minimum=start, maximum=(resource, *upto) if upto else None,
+                                 inclusive=(after is None, True)):
             if key[0] != resource or (namespace is not None and key[1] != namespace):
                 break
             out.append((key, latest[key].change))

@@ -4,7 +4,6 @@ tail for reads, the committer (through Kafka) for writes."""
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -205,7 +204,9 @@ class ReportService:
                     ) -> AsyncIterator[Item]:
         count = 0
         last: tuple[str, str] | None = None
-        items = self.iterate(query, after, batch=min(limit + 1, PAGE) if limit else PAGE)
+        # A page needs the item past its limit to know whether to continue: a
+        # batch of PAGE + 1 keeps a page of up to PAGE items to one query.
+        items = self.iterate(query, after, batch=min(limit, PAGE) + 1 if limit else PAGE)
         async for item in (_with_snapshot(items, snapshot) if snapshot else items):
             if limit and count == limit:
                 assert last is not None
@@ -218,9 +219,9 @@ class ReportService:
 
     async def iterate(self, query: ListQuery, after: tuple[str, str] | None = None, *,
                       batch: int = PAGE) -> AsyncIterator[Item]:
-        """Current objects matching ``query`` in (namespace, name) order."""
-        overlay = deque(((k[1], k[2]), c) for k, c in
-                        self.changelog.newest(query.rtype.id, query.namespace, after))
+        """Current objects matching ``query`` in (namespace, name) order: each
+        batch from ClickHouse overlaid with the cache's changes in its range
+        (taken per batch, so a page costs its size, not the cache's)."""
         params: dict[str, Any] = {}
         conditions = query.labels.sql(params) + query.fields.sql(params)
         cursor = after
@@ -232,8 +233,9 @@ class ReportService:
             upper = None if exhausted else (rows[-1].namespace, rows[-1].name)
             merged: dict[tuple[str, str], Item | Cached] = {
                 (r.namespace, r.name): _stored(r) for r in rows}
-            while overlay and (upper is None or overlay[0][0] <= upper):
-                key, change = overlay.popleft()
+            for (_, ns, name), change in self.changelog.newest(
+                    query.rtype.id, query.namespace, cursor, upper):
+                key = (ns, name)
                 have = merged.get(key)
                 if have is None or change.resource_version >= have.resource_version:
                     merged[key] = change

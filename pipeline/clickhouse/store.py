@@ -463,8 +463,10 @@ class ReportStore:
         if namespace is not None:
             where.append("namespace = {ns:String}")
             params["ns"] = namespace
-        if after is not None:
-            where.append("(namespace, name) > ({ans:String}, {aname:String})")
+        if after is not None:  # in forms the primary key's index can use
+            where.append("name > {aname:String}" if namespace == after[0] else
+                         "namespace >= {ans:String} AND (namespace, name) > ({ans:String},"
+                         " {aname:String})")
             params.update(ans=after[0], aname=after[1])
         params["lim"] = limit
         sql = ("SELECT resource_version, namespace, name, object FROM reports FINAL WHERE "

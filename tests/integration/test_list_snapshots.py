@@ -124,3 +124,27 @@ async def test_an_old_version_comes_from_clickhouse_while_it_holds_it(start, mak
         assert r.status_code == 410 and r.json()["metadata"]["continue"]
     finally:
         await store.run(lambda c: c.command("SYSTEM START MERGES reports"))
+
+
+async def test_lists_read_in_many_batches_see_each_object_once(start, make_settings,  # type: ignore[no-untyped-def]
+                                                               monkeypatch) -> None:
+    """ClickHouse read a few rows at a time, each batch overlaid with the
+    cache's changes in its range: objects only ClickHouse still holds, objects
+    only the cache holds yet, and deletions in either come out once, in order."""
+    monkeypatch.setattr("apiserver.service.PAGE", 4)
+    running = await start(make_settings(watch_cache_size=20))
+    api = running.client
+    path = collection_path(POLR, "batches")
+    for i in range(0, 30, 2):
+        assert (await api.post(path, json=report(POLR, f"b{i:02d}", "batches"))).status_code == 201
+    for i in (1, 3, 15, 27, 29):  # between the older ones, and past them
+        assert (await api.post(path, json=report(POLR, f"b{i:02d}", "batches"))).status_code == 201
+    for i in (2, 3, 16, 28):
+        assert (await api.delete(f"{path}/b{i:02d}")).status_code == 200
+    wanted = sorted({f"b{i:02d}" for i in (*range(0, 30, 2), 1, 3, 15, 27, 29)}
+                    - {"b02", "b03", "b16", "b28"})
+    assert names((await api.get(path)).json()) == wanted
+    for limit in ("3", "4", "7"):
+        first = (await api.get(path, params={"limit": limit})).json()
+        rest = await page_through(api, path, first["metadata"]["continue"], int(limit))
+        assert names(first) + [i["metadata"]["name"] for i in rest] == wanted
