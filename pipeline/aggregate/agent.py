@@ -216,21 +216,30 @@ class Aggregator:
                                     self._event(t, change, ts))
         if window is not None:
             window.close(self._totals)
+        # A batch's table writes and rows (hundreds of each) take turns too.
         for key, value in updated.items():
+            await turns.take()
             if value is not None:
                 self._contributions[key] = value
             elif key in self._contributions:
                 del self._contributions[key]
         if last_rv:
             self._contributions[LAST_APPLIED] = {"rv": last_rv}
+        # Each activity count's increment and the value it leaves are one step,
+        # and the window rows carry that value, whatever Faust's expiry timer
+        # (which drops a backlog's old windows) does between two steps.
+        left: dict[tuple[int, str], int] = {}
         for (start, name), n in increments.items():
-            self._activity.relative_to(windows[start].ts)[name] += n
+            await turns.take()
+            activity = self._activity.relative_to(windows[start].ts)
+            activity[name] += n
+            left[(start, name)] = int(activity[name].value())
         touched = {key for w in windows.values() for key in w.touched}
         if touched:
             now = datetime.now(UTC)
             per_policy = aggregate.by_policy(self._totals)
-            await self._emit_windows(windows.values(), now)  # reads the windows first
-            await self._emit_counts(touched, per_policy, last_rv, now)
+            await self._emit_windows(windows.values(), left, now, turns)
+            await self._emit_counts(touched, per_policy, last_rv, now, turns)
         await self._delivered()
 
     def _event_key(self, t: aggregate.Transition) -> bytes:
@@ -252,9 +261,11 @@ class Aggregator:
 
     async def _emit_counts(self, keys: Iterable[tuple[str, str]],
                            per_policy: dict[tuple[str, str], dict[str, int]], rv: int,
-                           now: datetime) -> None:
+                           now: datetime, turns: Turns | None = None) -> None:
+        turns = turns or Turns()
         rows = []
         for ns, policy in keys:
+            await turns.take()
             counts = per_policy.get((ns, policy), dict.fromkeys(aggregate.STATUSES, 0))
             rows.append([self._cluster, ns, policy, *(counts[s] for s in aggregate.STATUSES),
                          rv, now])
@@ -267,17 +278,21 @@ class Aggregator:
         if rows:
             await self._store.write_policy_counts(rows)
 
-    async def _emit_windows(self, windows: Iterable[Window], now: datetime) -> None:
+    async def _emit_windows(self, windows: Iterable[Window], left: dict[tuple[int, str], int],
+                            now: datetime, turns: Turns) -> None:
+        """Each window's rows and records: its activity counts are the values
+        ``left`` by this batch's increments, the others as the table has them."""
         rows = []
         totals = []
         records = []
-        # every value read before anything is awaited: Faust drops expired
-        # windows (a backlog's are) on a timer that runs while this waits
         for window in windows:
             activity = self._activity.relative_to(window.ts)
             end = window.start + self._window
             for (ns, policy), counts in window.levels.items():
-                values = [int(activity[f"{ns}\x1f{policy}\x1f{m}"].value()) for m in METRICS]
+                await turns.take()
+                names = [f"{ns}\x1f{policy}\x1f{m}" for m in METRICS]
+                values = [left[(window.start, n)] if (window.start, n) in left
+                          else int(activity[n].value()) for n in names]
                 rows.append([self._cluster, ns, policy,
                              datetime.fromtimestamp(window.start, UTC),
                              datetime.fromtimestamp(end, UTC), *values,

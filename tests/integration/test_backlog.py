@@ -15,11 +15,18 @@ import pytest
 
 from launcher import demo
 from pipeline.aggregate.agent import window_start
+from pipeline.aggregate.counts import contribution
 from pipeline.kafka import client as kafka_adapter
 
 pytestmark = pytest.mark.integration
 # days old, well inside the results history's retention
 END = datetime.now(UTC) - timedelta(hours=1)
+
+
+def statuses(obj: dict | None) -> dict[tuple[str, str, str], str]:  # type: ignore[type-arg]
+    """A report's results by (policy, rule, resource), as the agent keys them."""
+    applied = contribution(obj, 0) if obj else None
+    return dict(applied.statuses) if applied else {}
 
 
 def recount(live: dict[tuple[str, str], dict]) -> Counter[tuple[str, str]]:  # type: ignore[type-arg]
@@ -59,8 +66,10 @@ async def test_a_backlog_keeps_its_times_and_every_window(start, make_settings, 
         if change.type != "DELETED":  # the record's timestamp, in milliseconds
             assert committed[change.resource_version] == int(ts * 1000)
 
-    # the fail count of every window row is the recount after the window's last change
+    # the fail count of every window row is the recount after the window's last change;
+    # its activity, the results written and the results newly failing in the window
     expected: dict[tuple[int, str, str], int] = {}
+    activity: Counter[tuple[int, str, str, str]] = Counter()
     live: dict[tuple[str, str], dict] = {}  # type: ignore[type-arg]
     touched: set[tuple[str, str]] = set()
     for i, (change, ts) in enumerate(history):
@@ -69,19 +78,29 @@ async def test_a_backlog_keeps_its_times_and_every_window(start, make_settings, 
         before = live.get(key)
         for obj in (before, None if change.type == "DELETED" else change.obj):
             touched |= {(meta["namespace"], r["policy"]) for r in (obj or {}).get("results", [])}
+        start_of = window_start(ts, window)
+        was = statuses(before)
+        now = {} if change.type == "DELETED" else statuses(change.obj)
+        for (policy, rule, resource), status in now.items():
+            activity[(start_of, meta["namespace"], policy, "written")] += 1
+            if status == "fail" and was.get((policy, rule, resource)) != "fail":
+                activity[(start_of, meta["namespace"], policy, "new_failures")] += 1
         if change.type == "DELETED":
             live.pop(key, None)
         else:
             live[key] = change.obj
-        start_of = window_start(ts, window)
         if i + 1 == len(history) or window_start(history[i + 1][1], window) != start_of:
             fails = recount(live)
             for ns, policy in touched:
                 expected[(start_of, ns, policy)] = fails[(ns, policy)]
             touched = set()
     _, rows = await store.analytics(
-        "SELECT toUnixTimestamp(window_start), namespace, policy, fail"
-        " FROM policy_windows FINAL")
-    written = {(int(s), ns, policy): int(fail) for s, ns, policy, fail in rows}
+        "SELECT toUnixTimestamp(window_start), namespace, policy, fail, results_written,"
+        " new_failures FROM policy_windows FINAL")
+    written = {(int(s), ns, policy): int(fail) for s, ns, policy, fail, _, _ in rows}
     assert len({start for start, _, _ in expected}) > 50  # days of windows, not one
     assert written == expected
+    for s, ns, policy, _, results_written, new_failures in rows:
+        assert results_written == activity[(int(s), ns, policy, "written")]
+        assert new_failures == activity[(int(s), ns, policy, "new_failures")]
+    assert sum(activity.values()) > 0
