@@ -47,7 +47,8 @@ def test_without_a_baseline_there_is_no_ratio() -> None:
 def test_both_client_counts_are_compared_for_writes_and_the_sustained_phase() -> None:
     keys = {r.key for r in compared((16, 64), 2000)}
     assert {"writes@16", "writes@64", "sustained@16", "sustained@64", "cpu_per_write",
-            "list", "list_paged", "create", "rss", "disk"} <= keys
+            "list", "list_paged", "create", "rss", "disk", "sustained_write_p99@16",
+            "sustained_get_p99@64"} <= keys
     one = [r.key for r in compared((64,), 2000)]  # --few-clients 64: one number of clients
     assert len(one) == len(set(one)) and "write_p99@64" in one
 
