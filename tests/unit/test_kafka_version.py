@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
+from aiokafka.errors import ConcurrentTransactions
+from aiokafka.producer.sender import AddPartitionsToTxnHandler
+from aiokafka.producer.transaction_manager import TransactionManager
 
 from launcher.broker import _port_free, kafka_version, server_properties
+from pipeline.kafka.client import CONCURRENT_TRANSACTIONS_BACKOFF_S, FlushSentProducer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,14 +63,6 @@ async def test_a_transaction_begun_while_the_last_ones_markers_are_written_asks_
     CONCURRENT_TRANSACTIONS for a transaction's first partition, waits the
     project's backoff rather than its fixed 20 ms (what it reads is a module
     constant, so this shows the setting reaches it)."""
-    from types import SimpleNamespace
-
-    from aiokafka.errors import ConcurrentTransactions
-    from aiokafka.producer.sender import AddPartitionsToTxnHandler
-    from aiokafka.producer.transaction_manager import TransactionManager
-
-    from pipeline.kafka.client import CONCURRENT_TRANSACTIONS_BACKOFF_S
-
     sender = SimpleNamespace(_retry_backoff=0.1, _txn_manager=TransactionManager("t", 60000))
     handler = AddPartitionsToTxnHandler(sender, [])
     response = SimpleNamespace(errors=[("changes", [(0, ConcurrentTransactions.errno)])])
@@ -76,10 +73,6 @@ async def test_a_commit_flushes_what_the_agents_had_sent_not_until_they_stop() -
     """Faust flushes its producer before every offset commit; ours sends what
     its buffer held when the flush began (the agent keeps adding table
     records), then waits for what the Kafka producer holds."""
-    from types import SimpleNamespace
-
-    from pipeline.kafka.client import FlushSentProducer
-
     asked: list[object] = []
 
     async def flush_atmost(n: int) -> int:
