@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+import faust
 import psutil
 import uvicorn
 from starlette.applications import Starlette
@@ -203,6 +204,7 @@ class System:
         self.store: ReportStore | None = None
         self.broker: KafkaBroker | None = None
         self.committer: CommitService | None = None
+        self.worker_app: faust.App | None = None
         self.changelog: ChangeLog | None = None
 
     async def start(self) -> None:
@@ -238,6 +240,7 @@ class System:
 
         if worker:
             app = build_app(settings, store, bootstrap=self.bootstrap, data_dir=self.data_dir)
+            self.worker_app = app
             await app.start()
             self._on_stop("the Faust worker", app.stop)
             self.committer = CommitService(

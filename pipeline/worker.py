@@ -89,6 +89,7 @@ def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
         consumer_auto_offset_reset="earliest",
         consumer_group_instance_id=settings.instance_id or None,
         Table=Table,
+        Topic=kafka.Topic,
     )
     # Table updates queue their changelog records in the producer buffer, and
     # Faust pauses every stream while it holds more than this; a batch of

@@ -10,6 +10,7 @@ import logging
 from collections import defaultdict
 from typing import Any, cast
 
+import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -18,7 +19,8 @@ from aiokafka.producer import sender as aiokafka_sender
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.types import TP
+from faust.transport.producer import ProducerBuffer
+from faust.types import TP, FutureMessage, ProducerT
 
 from pipeline.kafka import transactions
 from pipeline.kafka.offsets import Handed
@@ -34,6 +36,7 @@ from pipeline.model.objects import identity, object_key
 from pipeline.model.topics import MAX_MESSAGE_BYTES
 from pipeline.model.versions import Progress
 from pipeline.runtime.logs import quiet
+from pipeline.runtime.tasks import Turns
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -205,6 +208,36 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
             self.diag.unset_flag(CONSUMER_FETCHING)
 
 
+class Topic(faust.Topic):
+    """Faust's topic, whose records (the tables' changelog records among
+    them) are handed to the started producer directly. Faust's asks for it
+    through the app's ``maybe_start_producer``, a stampede guard that gives
+    the event loop three turns a record: under the frontend's load a turn
+    takes a millisecond or more, so the aggregation agent's table records
+    (about 1,300 a batch) went out at a few hundred a second, the agent
+    waited seconds a batch for them, and fell behind the change log."""
+
+    async def _get_producer(self) -> ProducerT:
+        producer = self.app.producer
+        if producer.started and not self.app.in_transaction:
+            return producer
+        return await super()._get_producer()
+
+
+class TurnTakingBuffer(ProducerBuffer):
+    """Faust's producer buffer, sending what the tables queue in turns: with
+    no turn given up a record, a batch's records would otherwise go out in one
+    step of the event loop."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._turns = Turns()
+
+    async def _send_pending(self, fut: FutureMessage) -> None:
+        await super()._send_pending(fut)
+        await self._turns.take()
+
+
 class FlushSentProducer(faust_aiokafka.Producer):
     """Faust's producer, whose flush (before every offset commit) sends what
     its buffer held when the flush began rather than until the buffer is
@@ -214,6 +247,12 @@ class FlushSentProducer(faust_aiokafka.Producer):
     ``broker_commit_every`` records, stopped handing the agent changes. What
     a commit needs is sent: the agent acknowledges a change only once its
     table records are delivered."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        buffer = TurnTakingBuffer(loop=self.loop, beacon=self.beacon)
+        buffer.app = self.app
+        self.buffer = buffer
 
     async def flush(self) -> None:
         await self.buffer.flush_atmost(self.buffer.size)
