@@ -108,7 +108,7 @@ class Aggregator:
                 applied_rv = max(applied_rv, int(value["rv"]))
                 continue
             applied = aggregate.Applied.from_json(value)
-            totals = aggregate.add(totals, applied.counts())
+            aggregate.add_into(totals, applied.counts())
             applied_rv = max(applied_rv, applied.resource_version)
             if not applied.statuses:
                 empty.append(key)
@@ -201,7 +201,7 @@ class Aggregator:
                 window = windows.setdefault(start, Window(start))
             last_rv = change.resource_version
             updated[key] = outcome.applied.to_json() if outcome.applied else None
-            self._totals = aggregate.add(self._totals, outcome.delta)
+            aggregate.add_into(self._totals, outcome.delta)
             window.ts, window.rv = ts, last_rv
             for (ns, policy), act in outcome.activity.items():
                 for metric, n in zip(METRICS, (act.written, act.new_failures,

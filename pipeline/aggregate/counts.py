@@ -165,13 +165,19 @@ def apply_change(previous: Applied | None, *, resource_version: int, obj: JSON,
 
 def add(totals: Mapping[CountKey, int], delta: Mapping[CountKey, int]) -> dict[CountKey, int]:
     out = dict(totals)
-    for key, n in delta.items():
-        value = out.get(key, 0) + n
-        if value:
-            out[key] = value
-        else:
-            out.pop(key, None)
+    add_into(out, delta)
     return out
+
+
+def add_into(totals: dict[CountKey, int], delta: Mapping[CountKey, int]) -> None:
+    """``add`` in place: the aggregator's totals (thousands of counts) take
+    every change's delta, which a copy each time made cost the totals' size."""
+    for key, n in delta.items():
+        value = totals.get(key, 0) + n
+        if value:
+            totals[key] = value
+        else:
+            totals.pop(key, None)
 
 
 def recount(reports: Iterable[JSON]) -> dict[CountKey, int]:
@@ -180,7 +186,7 @@ def recount(reports: Iterable[JSON]) -> dict[CountKey, int]:
     for obj in reports:
         applied = contribution(obj, 0)
         if applied is not None:
-            totals = add(totals, applied.counts())
+            add_into(totals, applied.counts())
     return totals
 
 
