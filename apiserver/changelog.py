@@ -26,7 +26,7 @@ from sortedcontainers import SortedDict
 from apiserver.errors import Unavailable
 from pipeline.clickhouse.store import ReportStore
 from pipeline.kafka import client as kafka
-from pipeline.model.messages import Change, Committed
+from pipeline.model.messages import Change
 from pipeline.model.objects import identity
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
 from pipeline.observe import metrics
@@ -119,8 +119,6 @@ class ChangeLog:
         #: keys past its cursor without scanning and sorting every one
         self._latest: SortedDict[Key, Event] = SortedDict()
         self._position = 0  # next offset to read
-        #: records before this offset were taken from this process's committer
-        self._taken_below = 0
         self._rv = 0  # highest resourceVersion seen
         self._floor = 0  # every change at or below this is in ClickHouse
         self._history = 0  # the cache holds every change after this
@@ -179,8 +177,6 @@ class ChangeLog:
             if not records and position == self._position:
                 continue
             for record in records:
-                if record.offset < self._taken_below:
-                    continue
                 change = kafka.change_from_record(record)
                 if change is None or change.resource_version <= self._floor:
                     continue
@@ -195,27 +191,6 @@ class ChangeLog:
             self._position = position
             async with self._advanced:
                 self._advanced.notify_all()
-
-    async def committed_here(self, changes: list[Committed]) -> None:
-        """A transaction this process's committer has just committed, before
-        its writers are answered: taken in at once when the cache holds every
-        change before it (resourceVersions follow one another), so a writer
-        need not wait for the tail's next fetch to read its own write. The
-        tail passes over their records when it reads them. Otherwise (the
-        tail is behind) the tail takes them in as it reads them."""
-        if not changes or changes[0].change.resource_version != self._rv + 1:
-            return
-        for c in changes:
-            key = identity(c.change.obj)
-            before = self._latest.get(key)
-            event = Event(key, Cached.of(c.change, c.record), before.change if before else None,
-                          c.at, c.change.previous)
-            self._append(event)
-            for sub in self._subscribers:
-                sub.offer(event)
-        self._taken_below = changes[-1].offset + 1
-        async with self._advanced:
-            self._advanced.notify_all()
 
     def _append(self, event: Event) -> None:
         self._events.append(event)

@@ -259,9 +259,6 @@ class System:
         self.changelog = changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
         await changelog.start()
         self._on_stop("the change-log cache", changelog.stop)
-        if self.committer is not None:
-            # its writers read their writes without waiting for the tail's fetch
-            self.committer.on_committed = changelog.committed_here
         # the committer in this process, when there is one, takes writes directly
         writer = Writer(settings, bootstrap=self.bootstrap,
                         local=self.committer.submit if self.committer is not None else None)

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +41,7 @@ from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
 from pipeline.kafka.transactions import CoordinatorView
-from pipeline.model.messages import (
-    Change,
-    Committed,
-    DecodeError,
-    Reply,
-    WriteRequest,
-    change_headers,
-)
+from pipeline.model.messages import DecodeError, Reply, WriteRequest, change_headers
 from pipeline.model.objects import identity, object_key
 from pipeline.model.topics import PARTITION
 from pipeline.observe import metrics
@@ -76,11 +68,6 @@ class NotDecided(RuntimeError):
 class OutcomeUnknown(RuntimeError):
     """A request handed over in process was in a transaction whose commit
     failed: it may or may not have been committed."""
-
-
-#: What a process's committer tells of each transaction once it has committed:
-#: its changes, in log order.
-OnCommitted = Callable[[list[Committed]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -123,9 +110,6 @@ class CommitService:
         #: committed it (None: not known since it took over)
         self._next_offset: int | None = None
         self.owning = False
-        #: told of each committed transaction's changes before its writers are
-        #: answered (the change-log cache of this process's frontend)
-        self.on_committed: OnCommitted | None = None
         #: Transactions committed and lost to fencing (for tests and metrics).
         self.committed = 0
         self.fenced = 0
@@ -326,8 +310,8 @@ class CommitService:
             decisions = await self._committer.decide_batch(requests)
             published = time.perf_counter()
             committing = True
-            committed = await self.publish(requests, decisions, replied=replied,
-                                           next_offset=records[-1].offset + 1 if records else None)
+            await self.publish(requests, decisions, replied=replied,
+                               next_offset=records[-1].offset + 1 if records else None)
             _observe([r.timestamp / 1000 for r in records] + [x.at for x in local],
                      taken, published - decided, time.perf_counter() - published)
         except BaseException as err:
@@ -339,40 +323,31 @@ class CommitService:
             unknown = committing and not isinstance(err, Fenced | asyncio.CancelledError)
             self._give_back(local, OutcomeUnknown if unknown else NotDecided)
             raise
-        if committed and self.on_committed is not None:
-            try:
-                await self.on_committed(committed)
-            except Exception:  # the log has them: its readers see them anyway
-                log.exception("telling of committed changes failed")
         for x, d in zip(local, decisions[replied:], strict=True):
             if not x.answer.done():
                 x.answer.set_result(d.reply)
         await self._committer.trim()
 
     async def publish(self, requests: list[WriteRequest], decisions: list[Decision], *,
-                      next_offset: int | None, replied: int | None = None
-                      ) -> list[Committed]:
+                      next_offset: int | None, replied: int | None = None) -> None:
         """One transaction: the batch's changes, the replies of its first
         ``replied`` requests (all by default; the rest were handed over in
         process), and the requests partition's next offset (None: the last
         committed one, recorded again only when nothing else is: a transaction
-        of this producer is what proves it may answer). Returns the changes as
-        committed. Raises Fenced if another committer took over."""
+        of this producer is what proves it may answer). Raises Fenced if
+        another committer took over."""
         producer = self._producer
         assert producer is not None
         replied = len(requests) if replied is None else replied
         sent: list[asyncio.Future[Any]] = []
-        changes: list[tuple[asyncio.Future[Any], Change, bytes]] = []
         try:
             await producer.begin_transaction()
             for d in decisions:
                 if d.change is not None:
-                    record = d.change.encode()
                     sent.append(await producer.send(
-                        self._settings.changes_topic, record,
+                        self._settings.changes_topic, d.change.encode(),
                         key=object_key(*identity(d.change.obj)).encode(), partition=PARTITION,
                         headers=change_headers(d.change)))
-                    changes.append((sent[-1], d.change, record))
             for req, d in zip(requests[:replied], decisions[:replied], strict=True):
                 sent.append(await producer.send(req.reply_to, d.reply.encode(),
                                                 key=req.id.encode(), partition=PARTITION))
@@ -387,10 +362,6 @@ class CommitService:
             self.committed += 1
             if next_offset is not None:
                 self._next_offset = next_offset
-            now = time.time()
-            return [Committed(meta.offset, meta.timestamp / 1000 if meta.timestamp > 0 else now,
-                              change, record)
-                    for meta, change, record in [(await fut, c, r) for fut, c, r in changes]]
         except ProducerFenced as err:
             self.fenced += 1
             await self._drop_producer()

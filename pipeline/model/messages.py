@@ -145,17 +145,6 @@ class Change:
             raise DecodeError(f"bad change: {err}") from err
 
 
-@dataclass(frozen=True)
-class Committed:
-    """A change its transaction has committed: its record's offset in the
-    change log, when it was written (Unix seconds), and its value."""
-
-    offset: int
-    at: float
-    change: Change
-    record: bytes
-
-
 REQUEST_ID_HEADER = "request-id"
 PREVIOUS_HEADER = "previous-resource-version"
 

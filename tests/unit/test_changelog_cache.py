@@ -7,7 +7,7 @@ import pytest
 
 from apiserver.changelog import Cached, ChangeLog, Event
 from apiserver.errors import Unavailable
-from pipeline.model.messages import Change, Committed
+from pipeline.model.messages import Change
 from pipeline.settings import Settings
 
 
@@ -40,36 +40,3 @@ async def test_committed_change_no_longer_cached_is_unavailable_not_wrong() -> N
         await log.committed(("polr", "ns", "a"), 1)
     with pytest.raises(Unavailable):  # another object's version
         await log.committed(("polr", "ns", "b"), 3)
-
-
-def _committed(name: str, rv: int, offset: int) -> Committed:
-    obj = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
-           "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}}
-    change = Change("ADDED", obj, rv)
-    return Committed(offset, 1.0, change, change.encode())
-
-
-async def test_a_committed_transaction_is_cached_before_the_tail_reads_it() -> None:
-    log = _cache()
-    log._rv = 5
-    watch, sub = log.subscribe(5)
-    assert watch == []
-    await log.committed_here([_committed("a", 6, 10), _committed("b", 7, 11)])
-    await log.wait_for(7, timeout=0)  # no fetch needed
-    assert (await log.committed(("policyreports.wgpolicyk8s.io", "ns", "b"), 7)
-            ).resource_version == 7
-    seen = [sub.queue.get_nowait() for _ in range(2)]
-    assert [e.change.resource_version for e in seen if e is not None] == [6, 7]
-    # the tail passes over these records when it reads them
-    assert log._taken_below == 12
-
-
-async def test_a_transaction_after_a_gap_waits_for_the_tail() -> None:
-    """Taken in after changes the cache has not read, it would stand before
-    them: the tail reads them all in order instead."""
-    log = _cache()
-    log._rv = 5
-    await log.committed_here([_committed("a", 7, 10)])
-    assert log.resource_version == 5 and log._taken_below == 0
-    with pytest.raises(Unavailable):
-        await log.wait_for(7, timeout=0)
