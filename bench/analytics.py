@@ -120,8 +120,9 @@ def _windows(reports: list[tuple[JSON, datetime]], cluster: str) -> TrendRows:
         day = start
         applied = aggregate.contribution(obj, int(obj["metadata"]["resourceVersion"]))
         assert applied is not None
-        aggregate.add_into(totals, applied.counts())
-        for (ns, policy, _), n in applied.counts().items():
+        contributed = applied.counts()
+        aggregate.add_into(totals, contributed)
+        for (ns, policy, _), n in contributed.items():
             touched[(ns, policy)] = touched.get((ns, policy), 0) + n
     if day is not None:
         close(day)

@@ -163,15 +163,10 @@ def apply_change(previous: Applied | None, *, resource_version: int, obj: JSON,
     return Outcome(None if deleted else current, delta, transitions, activity)
 
 
-def add(totals: Mapping[CountKey, int], delta: Mapping[CountKey, int]) -> dict[CountKey, int]:
-    out = dict(totals)
-    add_into(out, delta)
-    return out
-
-
 def add_into(totals: dict[CountKey, int], delta: Mapping[CountKey, int]) -> None:
-    """``add`` in place: the aggregator's totals (thousands of counts) take
-    every change's delta, which a copy each time made cost the totals' size."""
+    """Adds ``delta`` to ``totals`` in place, dropping counts that reach zero:
+    the aggregator's totals (thousands of counts) take every change's delta,
+    which a copy each time made cost the totals' size."""
     for key, n in delta.items():
         value = totals.get(key, 0) + n
         if value:

@@ -63,7 +63,7 @@ def test_counts_equal_a_recount_under_any_history(history) -> None:  # type: ign
                                          deleted=deleted)
         if outcome is None:
             continue
-        totals = aggregate.add(totals, outcome.delta)
+        aggregate.add_into(totals, outcome.delta)
         if outcome.applied is None:
             applied[ckey] = aggregate.Applied(crv, ns)
         else:
