@@ -67,6 +67,10 @@ aiokafka_sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
 OFFSETS_TOPIC = "__consumer_offsets"
 #: How long the broker holds a fetch that finds no records.
 IDLE_FETCH_WAIT_MS = 5000
+#: A consumer that works in batches anyway (the materializer, the agents)
+#: fetches this much at a time, or what has arrived within BULK_FETCH_WAIT_MS.
+BULK_FETCH_MIN_BYTES = 512 * 1024
+BULK_FETCH_WAIT_MS = 400
 #: Records the Faust consumer hands to its streams before it lets the event
 #: loop run something else (Faust's own figure).
 DRAIN_YIELD_EVERY = 100
@@ -80,6 +84,8 @@ class ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
         consumer._isolation_level = ISOLATION
+        consumer._fetch_min_bytes = BULK_FETCH_MIN_BYTES
+        consumer._fetch_max_wait_ms = BULK_FETCH_WAIT_MS
         return consumer
 
 
