@@ -57,6 +57,11 @@ class Table(faust.Table):  # type: ignore[misc]
         self.__dict__.setdefault("_unconfirmed", []).append(sent)
         return sent
 
+    def partition_for_key(self, key: Any) -> int:
+        # Every table has the one partition: asked, Faust's producer would hash
+        # each key (murmur2, in Python) to find it, for every record of a batch.
+        return PARTITION
+
     def unconfirmed(self) -> list[Awaitable[Any]]:
         """The changelog records sent since the last call, each done once
         Kafka has acknowledged it."""
