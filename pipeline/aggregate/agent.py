@@ -18,6 +18,7 @@ first.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ METRICS = ("written", "new_failures", "resolved_failures")
 LAST_APPLIED = "last-applied"
 
 
+@functools.lru_cache(maxsize=1024)  # a change's transitions share its time
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -264,6 +266,7 @@ class Aggregator:
                            now: datetime, turns: Turns | None = None) -> None:
         turns = turns or Turns()
         rows = []
+        at = iso(now.timestamp())  # once, not for each of hundreds of records
         for ns, policy in keys:
             await turns.take()
             counts = per_policy.get((ns, policy), dict.fromkeys(aggregate.STATUSES, 0))
@@ -274,7 +277,7 @@ class Aggregator:
                                 orjson.dumps({"kind": "current", "cluster": self._cluster,
                                               "namespace": ns, "policy": policy,
                                               "counts": counts, "resourceVersion": str(rv),
-                                              "time": iso(now.timestamp())}))
+                                              "time": at}))
         if rows:
             await self._store.write_policy_counts(rows)
 
@@ -285,9 +288,11 @@ class Aggregator:
         rows = []
         totals = []
         records = []
+        at = iso(now.timestamp())  # once, not for each of hundreds of records
         for window in windows:
             activity = self._activity.relative_to(window.ts)
             end = window.start + self._window
+            start_iso, end_iso = iso(window.start), iso(end)
             for (ns, policy), counts in window.levels.items():
                 await turns.take()
                 names = [f"{ns}\x1f{policy}\x1f{m}" for m in METRICS]
@@ -298,14 +303,14 @@ class Aggregator:
                              datetime.fromtimestamp(end, UTC), *values,
                              *(counts[s] for s in aggregate.STATUSES), window.rv, now])
                 records.append((
-                    "/".join((self._cluster, ns, policy, iso(window.start))).encode(),
+                    "/".join((self._cluster, ns, policy, start_iso)).encode(),
                     orjson.dumps({"kind": "window", "cluster": self._cluster,
                                   "namespace": ns, "policy": policy,
-                                  "window": {"start": iso(window.start), "end": iso(end)},
+                                  "window": {"start": start_iso, "end": end_iso},
                                   "resultsWritten": values[0], "newFailures": values[1],
                                   "resolvedFailures": values[2], "counts": counts,
                                   "resourceVersion": str(window.rv),
-                                  "time": iso(now.timestamp())})))
+                                  "time": at})))
             # the same window for the whole cluster: one row per policy touched
             for policy, counts in window.cluster_levels.items():
                 totals.append([self._cluster, policy, datetime.fromtimestamp(window.start, UTC),
