@@ -18,7 +18,6 @@ first.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -43,7 +42,6 @@ METRICS = ("written", "new_failures", "resolved_failures")
 LAST_APPLIED = "last-applied"
 
 
-@functools.lru_cache(maxsize=1024)  # a change's transitions share its time
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -213,9 +211,10 @@ class Aggregator:
                         increments[slot] = increments.get(slot, 0) + n
                 window.touched.add((ns, policy))
             window.touched.update((ns, policy) for ns, policy, _status in outcome.delta)
+            at = iso(ts) if outcome.transitions else ""  # one time for its transitions
             for t in outcome.transitions:
                 await self._send(self._topics.result_events, self._event_key(t),
-                                    self._event(t, change, ts))
+                                    self._event(t, change, at))
         if window is not None:
             window.close(self._totals)
         # A batch's table writes and rows (hundreds of each) take turns too.
@@ -247,7 +246,7 @@ class Aggregator:
     def _event_key(self, t: aggregate.Transition) -> bytes:
         return "/".join((self._cluster, t.namespace, t.policy, t.rule, t.resource)).encode()
 
-    def _event(self, t: aggregate.Transition, change: Change, ts: float) -> bytes:
+    def _event(self, t: aggregate.Transition, change: Change, at: str) -> bytes:
         meta = objects.metadata(change.obj)
         kind, namespace, name = (t.resource.split("/", 2) + ["", ""])[:3]
         return orjson.dumps({
@@ -259,7 +258,7 @@ class Aggregator:
             "policy": t.policy, "rule": t.rule, "previous": t.previous, "current": t.current,
             **{k: t.details[k] for k in ("severity", "category", "source", "message")
                if k in t.details},
-            "resourceVersion": str(change.resource_version), "time": iso(ts)})
+            "resourceVersion": str(change.resource_version), "time": at})
 
     async def _emit_counts(self, keys: Iterable[tuple[str, str]],
                            per_policy: dict[tuple[str, str], dict[str, int]], rv: int,
