@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import random
@@ -35,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import uvloop
 
 from apiserver import schema
 from apiserver.authn import RequestHeaders
@@ -50,6 +48,7 @@ from launcher.broker import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.incluster import Cluster, ClusterError
 from launcher.kubeapi import endpoint
+from launcher.serving import serve
 from launcher.system import (
     AlreadyRunning,
     ServeOptions,
@@ -543,7 +542,7 @@ def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
         print("Stop with Ctrl-C (SIGTERM).", flush=True)
         await serve_dashboard(source, sock, token=token)
     try:
-        _serve(checked())
+        serve(checked())
     except (ValueError, OSError, RuntimeError) as err:
         print(f"reports-pipeline dashboard: {err}", file=sys.stderr)
         return 1
@@ -585,22 +584,6 @@ def _migrate(args: argparse.Namespace) -> int:
     return 1 if failed or tally.notes else 0
 
 
-#: Collector thresholds of serving processes. A full collection walks every
-#: live object (millions once the caches hold thousands of parsed reports) and
-#: stops the process for 100-400 ms; with CPython's default (700, 10, 10) it ran
-#: every few seconds under load and set the write p99. Young generations keep
-#: their default; the oldest waits for a hundred times more of their runs.
-GC_THRESHOLDS = (700, 10, 1000)
-
-
-def _serve(main: Coroutine[Any, Any, None]) -> None:
-    """Run a serving process on uvloop: its event loop carries every request,
-    Kafka record and agent step of the process."""
-    gc.set_threshold(*GC_THRESHOLDS)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main)
-
-
 def _say(message: str) -> None:
     print(message, flush=True)
 
@@ -631,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "worker":
             health = None if args.health_port is None else listen("0.0.0.0", args.health_port)
-            _serve(run(settings, ServeOptions(args.data_dir, frontend=False,
+            serve(run(settings, ServeOptions(args.data_dir, frontend=False,
                                               health_sock=health)))
             return 0
         # the port first: a port in use is reported before anything starts
@@ -645,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.front_proxy_ca_from_cluster else None,
                 health_sock=None if args.health_port is None
                 else listen(args.host, args.health_port))
-            _serve(run(settings, options))
+            serve(run(settings, options))
             return 0
         with data_dir_lock(args.data_dir):
             if args.command == "demo":
@@ -655,9 +638,9 @@ def main(argv: list[str] | None = None) -> int:
                      f" {written.first:%Y-%m-%d %H:%M} to {written.last:%Y-%m-%d %H:%M} UTC;"
                      f" {written.reports} PolicyReports now, {written.failing} failing"
                      " results")
-                _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock)))
+                serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock)))
                 return 0
-            _serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock,
+            serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock,
                                               **_tls_options(parser, args),
                                               **_access_options(args))))
         return 0

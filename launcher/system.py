@@ -1,8 +1,9 @@
 """``reports-pipeline up``: the whole system in one process tree.
 
 One process owns embedded ClickHouse (chDB allows one per data directory), so
-the worker (committer and Faust agents) and the frontend share this process;
-the embedded Apache Kafka is a child process. Against a Kafka cluster and a
+the committer, the materializer and the frontend share this process; the
+aggregation agent (the Faust worker) is a child process that reaches ClickHouse
+through it, and so is the embedded Apache Kafka. Against a Kafka cluster and a
 ClickHouse server the same parts run, just connected elsewhere.
 """
 
@@ -25,7 +26,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-import faust
 import psutil
 import uvicorn
 from starlette.applications import Starlette
@@ -42,6 +42,7 @@ from apiserver.responses import metrics_page
 from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
 from apiserver.writes import Writer
+from launcher.agentprocess import AgentProcess, AgentStartError
 from launcher.broker import BrokerError, KafkaBroker
 from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
 from launcher.kubeapi import Reviews, endpoint
@@ -54,7 +55,7 @@ from pipeline.observe.lag import LagMonitor
 from pipeline.runtime import memory
 from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
-from pipeline.worker import build_app, build_committer
+from pipeline.worker import build_committer
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ class System:
         self.store: ReportStore | None = None
         self.broker: KafkaBroker | None = None
         self.committer: CommitService | None = None
-        self.worker_app: faust.App | None = None
+        self.agent: AgentProcess | None = None
         self.changelog: ChangeLog | None = None
 
     async def start(self) -> None:
@@ -239,10 +240,10 @@ class System:
         await kafka.ensure_topics(settings, self.bootstrap)
 
         if worker:
-            app = build_app(settings, store, bootstrap=self.bootstrap, data_dir=self.data_dir)
-            self.worker_app = app
-            await app.start()
-            self._on_stop("the Faust worker", app.stop)
+            self.agent = AgentProcess(settings, store, bootstrap=self.bootstrap,
+                                      data_dir=self.data_dir)
+            await self.agent.start()
+            self._on_stop("the aggregation agent", self.agent.stop)
             self.committer = CommitService(
                 settings, build_committer(settings, store, bootstrap=self.bootstrap),
                 bootstrap=self.bootstrap)
@@ -329,7 +330,7 @@ async def run(settings: Settings, options: ServeOptions) -> None:
     except StoreError as err:
         raise StartupError(f"{err}; check CLICKHOUSE_URL" + (
             " (unset it and `up` uses the embedded chDB)" if whole else "")) from err
-    except BrokerError as err:
+    except (BrokerError, AgentStartError) as err:
         raise StartupError(str(err)) from err
     try:
         waiter = asyncio.create_task(stop.wait(), name="stop-signal")

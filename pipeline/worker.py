@@ -23,7 +23,7 @@ from typing import Any, cast
 import faust
 
 from pipeline.aggregate import counts as aggregate
-from pipeline.aggregate.agent import Aggregator, Topics
+from pipeline.aggregate.agent import AggregateStore, Aggregator, Topics
 from pipeline.clickhouse.store import ReportStore
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
@@ -73,7 +73,7 @@ class Table(faust.Table):  # type: ignore[misc]
 WINDOWS_KEPT = 3
 
 
-def build_app(settings: Settings, store: ReportStore, *, bootstrap: str,
+def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
               data_dir: Path) -> faust.App:
     app = faust.App(
         settings.app_id,

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from pipeline.aggregate import counts as aggregate
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.store import StoredObject
 from pipeline.model import objects, resources
 from pipeline.model.messages import Change
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
@@ -50,6 +50,23 @@ def window_start(ts: float, size: int) -> int:
     return int(ts // size) * size
 
 
+class AggregateStore(Protocol):
+    """What the agent asks of ClickHouse (``ReportStore`` has it; a process of
+    the agent's own reaches it through its parent)."""
+
+    async def watermark(self) -> int: ...
+
+    async def versions_before(self, resource: str, before: int, *,
+                              after: tuple[str, str] | None = None, limit: int = 1000
+                              ) -> list[tuple[StoredObject, bool]]: ...
+
+    async def write_policy_counts(self, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    async def write_policy_windows(self, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    async def write_policy_totals_windows(self, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
 @dataclass(frozen=True)
 class Topics:
     result_events: str
@@ -57,7 +74,7 @@ class Topics:
 
 
 class Aggregator:
-    def __init__(self, *, store: ReportStore, contributions: MutableMapping[str, Any],
+    def __init__(self, *, store: AggregateStore, contributions: MutableMapping[str, Any],
                  activity: Any, publish: Publish, topics: Topics, cluster: str,
                  window_seconds: int):
         self._store = store

@@ -57,9 +57,11 @@ class Up:
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            self.lines.put(line)
+        # ``kill`` closes the pipe when a child of `up` still holds it open
+        with contextlib.suppress(ValueError, OSError):
+            for line in self.proc.stdout:
+                self.output.append(line)
+                self.lines.put(line)
 
     def wait_ready(self, timeout: float = 90) -> str:
         """Wait for `up`'s ready message (to its last line) and return its first."""

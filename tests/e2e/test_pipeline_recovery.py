@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import jsonschema
+import psutil
 import pytest
 from aiokafka import TopicPartition
 
@@ -90,6 +91,48 @@ async def summaries(bootstrap: str, prefix: str) -> tuple[dict, list[dict]]:  # 
     return last, values
 
 
+async def counts_match(api: httpx.AsyncClient, bootstrap: str, prefix: str) -> None:
+    """ClickHouse's current counts, its cluster-wide trend rows and the last
+    summaries records all equal a recount of the reports the frontend lists;
+    every summaries record follows its JSON Schema."""
+    listed = (await api.get(collection_path(POLR, None))).json()["items"]
+    expected = nonzero(aggregate.by_policy(aggregate.recount(listed)))
+    assert expected, "the workload left failing and passing results"
+
+    async def materialized() -> dict:  # type: ignore[type-arg]
+        rows = await query(api, "SELECT namespace, policy, pass, fail, warn, error,"
+                                " skip FROM policy_counts FINAL")
+        return nonzero({(r[0], r[1]): dict(zip(aggregate.STATUSES, r[2:], strict=True))
+                        for r in rows})
+    async with asyncio.timeout(60):
+        while (got := await materialized()) != expected:
+            await asyncio.sleep(0.2)
+    assert got == expected
+
+    # the cluster-wide trend rows end on the same totals
+    across = nonzero(aggregate.across_namespaces(aggregate.recount(listed)))
+
+    async def cluster_wide() -> dict:  # type: ignore[type-arg]
+        rows = await query(api, "SELECT policy, argMax((pass, fail, warn, error, skip),"
+                                " (window_start, resource_version))"
+                                " FROM policy_totals_windows FINAL GROUP BY policy")
+        return nonzero({r[0]: dict(zip(aggregate.STATUSES, r[1], strict=True))
+                        for r in rows})
+    async with asyncio.timeout(60):
+        while (totals := await cluster_wide()) != across:
+            await asyncio.sleep(0.2)
+    assert totals == across
+    history = await query(api, "SELECT count() FROM results")
+    assert history[0][0] > 0
+    last, values = await summaries(bootstrap, prefix)
+    assert nonzero(last) == expected
+    validator = jsonschema.Draft202012Validator(
+        json.loads((ROOT / "schemas" / "summaries.schema.json").read_text()))
+    for value in values:
+        validator.validate(value)
+    assert any(v["kind"] == "window" for v in values)
+
+
 async def test_counts_survive_a_killed_worker(tmp_path: Path) -> None:
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
     broker = KafkaBroker(tmp_path / "kafka")
@@ -101,50 +144,56 @@ async def test_counts_survive_a_killed_worker(tmp_path: Path) -> None:
         await asyncio.to_thread(up.wait_ready)
         async with client_for(up) as api:
             await workload(api, rng, 150)
-        up.kill()  # SIGKILL: the Faust agents die wherever they are
+        up.kill(group=True)  # SIGKILL, the agent's process too: it dies wherever it is
         up = Up(tmp_path / "data", env)
         await asyncio.to_thread(up.wait_ready)
         async with client_for(up) as api:
             await workload(api, rng, 150)
-            listed = (await api.get(collection_path(POLR, None))).json()["items"]
-            expected = nonzero(aggregate.by_policy(aggregate.recount(listed)))
-            assert expected, "the workload left failing and passing results"
-
-            async def materialized() -> dict:  # type: ignore[type-arg]
-                rows = await query(api, "SELECT namespace, policy, pass, fail, warn, error,"
-                                        " skip FROM policy_counts FINAL")
-                return nonzero({(r[0], r[1]): dict(zip(aggregate.STATUSES, r[2:], strict=True))
-                                for r in rows})
-            async with asyncio.timeout(60):
-                while (got := await materialized()) != expected:
-                    await asyncio.sleep(0.2)
-            assert got == expected
-
-            # the cluster-wide trend rows end on the same totals
-            across = nonzero(aggregate.across_namespaces(aggregate.recount(listed)))
-
-            async def cluster_wide() -> dict:  # type: ignore[type-arg]
-                rows = await query(api, "SELECT policy, argMax((pass, fail, warn, error, skip),"
-                                        " (window_start, resource_version))"
-                                        " FROM policy_totals_windows FINAL GROUP BY policy")
-                return nonzero({r[0]: dict(zip(aggregate.STATUSES, r[1], strict=True))
-                                for r in rows})
-            async with asyncio.timeout(60):
-                while (totals := await cluster_wide()) != across:
-                    await asyncio.sleep(0.2)
-            assert totals == across
-            history = await query(api, "SELECT count() FROM results")
-            assert history[0][0] > 0
-        last, values = await summaries(broker.bootstrap, prefix)
-        assert nonzero(last) == expected
-        validator = jsonschema.Draft202012Validator(
-            json.loads((ROOT / "schemas" / "summaries.schema.json").read_text()))
-        for value in values:
-            validator.validate(value)
-        assert any(v["kind"] == "window" for v in values)
+            await counts_match(api, broker.bootstrap, prefix)
     finally:
         up.kill()
         await broker.stop()
+
+
+def agent_of(up: Up) -> psutil.Process:
+    found = [c for c in psutil.Process(up.proc.pid).children(recursive=True)
+             if "launcher.agentprocess" in c.cmdline()]
+    assert len(found) == 1, [c.cmdline() for c in found]
+    return found[0]
+
+
+async def test_counts_survive_a_killed_agent_process(tmp_path: Path) -> None:
+    """`up` starts its aggregation agent again when that process dies; the
+    agent resumes where its committed offsets and tables left it."""
+    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+    broker = KafkaBroker(tmp_path / "kafka")
+    await broker.start()
+    env = {"KAFKA_BOOTSTRAP": broker.bootstrap, "REPORTS_TOPIC_PREFIX": prefix}
+    rng = random.Random(20261127)
+    up = Up(tmp_path / "data", env)
+    try:
+        await asyncio.to_thread(up.wait_ready)
+        async with client_for(up) as api:
+            agent = agent_of(up)
+            await workload(api, rng, 100)
+            agent.kill()  # SIGKILL, mid-batch or between batches
+            await workload(api, rng, 100)
+            async with asyncio.timeout(60):
+                while agent_of_or_none(up) in (None, agent):
+                    await asyncio.sleep(0.2)
+            await workload(api, rng, 50)
+            await counts_match(api, broker.bootstrap, prefix)
+        assert "exited (-9); starting it again" in "".join(up.output)
+    finally:
+        up.kill()
+        await broker.stop()
+
+
+def agent_of_or_none(up: Up) -> psutil.Process | None:
+    try:
+        return agent_of(up)
+    except AssertionError:
+        return None
 
 
 async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:

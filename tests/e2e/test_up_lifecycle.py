@@ -1,5 +1,6 @@
-"""``reports-pipeline up`` and its Kafka broker child: killing the parent
-outright (SIGKILL, no chance to clean up) must not leave the broker running.
+"""``reports-pipeline up`` and its children, the Kafka broker and the
+aggregation agent: killing the parent outright (SIGKILL, no chance to clean
+up) must not leave either running.
 When ready, `up` says where everything answers, on its output and in
 ``DATA/endpoints.json``."""
 
@@ -24,28 +25,38 @@ from tests.e2e.conftest import Kubectl, Up, client_for, kubectl_binary
 from tests.helpers import SAMPLE, collection_path
 
 
-def test_a_killed_up_takes_its_broker_with_it(up: Callable[[], Up]) -> None:
+def children(system: Up) -> tuple[psutil.Process, psutil.Process]:
+    """`up`'s broker and aggregation agent."""
+    found = psutil.Process(system.proc.pid).children(recursive=True)
+    brokers = [c for c in found if "kafka.Kafka" in c.cmdline()]
+    agents = [c for c in found if "launcher.agentprocess" in c.cmdline()]
+    assert len(brokers) == 1 and len(agents) == 1, [c.cmdline() for c in found]
+    return brokers[0], agents[0]
+
+
+def gone(process: psutil.Process) -> bool:
+    return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_killed_up_takes_its_broker_and_agent_with_it(up: Callable[[], Up]) -> None:
     system = up()
-    children = psutil.Process(system.proc.pid).children(recursive=True)
-    brokers = [c for c in children if "kafka.Kafka" in c.cmdline()]
-    assert len(brokers) == 1, [c.cmdline() for c in children]
-    broker = brokers[0]
+    broker, agent = children(system)
 
     system.kill()
     deadline = time.monotonic() + 20
-    while broker.is_running() and broker.status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the broker outlived its parent"
+    while not (gone(broker) and gone(agent)):
+        assert time.monotonic() < deadline, "a child outlived its parent"
         time.sleep(0.05)
 
 
-def test_ctrl_c_stops_up_and_its_broker_cleanly(up: Callable[[], Up]) -> None:
+def test_ctrl_c_stops_up_and_its_children_cleanly(up: Callable[[], Up]) -> None:
     """Ctrl-C in a terminal signals the whole foreground process group: `up`
-    alone must get it and stop its parts before its broker (which runs in a
-    session of its own), promptly and without a traceback."""
+    alone must get it and stop its parts before its broker and its agent
+    (each in a session of its own), promptly and without a traceback."""
     system = up()
-    broker = next(c for c in psutil.Process(system.proc.pid).children(recursive=True)
-                  if "kafka.Kafka" in c.cmdline())
+    broker, agent = children(system)
     assert os.getpgid(broker.pid) != os.getpgid(system.proc.pid)
+    assert os.getpgid(agent.pid) != os.getpgid(system.proc.pid)
     started = time.monotonic()
     os.killpg(system.proc.pid, signal.SIGINT)
     assert system.proc.wait(timeout=60) == 0
@@ -54,7 +65,7 @@ def test_ctrl_c_stops_up_and_its_broker_cleanly(up: Callable[[], Up]) -> None:
     output = "".join(system.output)
     assert took < 20, f"stopping took {took:.0f} s:\n{output}"
     assert "Traceback" not in output and " ERROR " not in output, output
-    assert not broker.is_running() or broker.status() == psutil.STATUS_ZOMBIE
+    assert gone(broker) and gone(agent)
 
 
 async def test_up_says_where_it_answers(up: Callable[[], Up]) -> None:

@@ -7,20 +7,34 @@ the aggregation agent wrote them."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
+
+from pipeline.worker import build_app
 
 pytestmark = pytest.mark.integration
 RECORDS = 600
 
 
 async def test_buffered_records_go_out_without_a_turn_of_the_event_loop_each(
-        start, make_settings) -> None:  # type: ignore[no-untyped-def]
+        start, make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings()
     running = await start(settings)
-    app = running.system.worker_app
-    assert app is not None
-    topic = app.topic(f"{settings.topic_prefix}-turns", key_serializer="raw",
+    # the worker's app as the agent's process builds it (a group of its own,
+    # beside that process), its producer alone started
+    app = build_app(replace(settings, topic_prefix=f"{settings.topic_prefix}-own"),
+                    running.system.store, bootstrap=running.system.bootstrap, data_dir=tmp_path)
+    await app.producer.start()
+    try:
+        await _check(app, settings.topic_prefix)
+    finally:
+        await app.producer.stop()
+
+
+async def _check(app, prefix: str) -> None:  # type: ignore[no-untyped-def]
+    topic = app.topic(f"{prefix}-turns", key_serializer="raw",
                       value_serializer="raw", partitions=1)
     await topic.maybe_declare()
     sent = [topic.send_soon(key=b"k%d" % i, value=b"v") for i in range(RECORDS)]
