@@ -40,9 +40,10 @@ class Sample:
 
 
 class RssSampler:
-    """The resident memory of a process and of its children (the embedded
-    broker), sampled from a thread every ``interval`` seconds, and once more
-    at the start and at the end."""
+    """The resident memory of a process and of its children, sampled from a
+    thread every ``interval`` seconds, and once more at the start and at the
+    end: the embedded broker (a JVM) apart, the system's other processes
+    (the aggregation agent's) with the system's."""
 
     def __init__(self, pid: int, started: float, interval: float = 2.0):
         self._process = psutil.Process(pid)
@@ -61,7 +62,10 @@ class RssSampler:
         broker = 0
         for child in children:
             with contextlib.suppress(psutil.Error):
-                broker += child.memory_info().rss
+                if child.name() == "java":
+                    broker += child.memory_info().rss
+                else:
+                    system += child.memory_info().rss
         self.samples.append(Sample(time.perf_counter() - self._started, system, broker))
 
     def _run(self) -> None:
