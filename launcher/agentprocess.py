@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import pickle
@@ -215,9 +214,7 @@ class AgentProcess:
         ours, theirs = socket.socketpair()
         try:
             self._process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "launcher.agentprocess",
-                json.dumps(dataclasses.asdict(self._settings)), self._bootstrap,
-                str(self._data_dir), str(theirs.fileno()),
+                sys.executable, "-m", "launcher.agentprocess", str(theirs.fileno()),
                 logging.getLevelName(logging.getLogger().getEffectiveLevel()),
                 pass_fds=(theirs.fileno(),), preexec_fn=die_with_parent(),
                 stdin=asyncio.subprocess.DEVNULL,
@@ -227,6 +224,10 @@ class AgentProcess:
         finally:
             theirs.close()
         reader, writer = await asyncio.open_connection(sock=ours)
+        # the settings over the socket, not in the command line that any
+        # user of the machine may read (CLICKHOUSE_URL may hold a password)
+        await _write(writer, ("start", dataclasses.asdict(self._settings), self._bootstrap,
+                              str(self._data_dir)))
         server = StoreServer(self._store, reader, writer)
         self._server = asyncio.create_task(server.serve(), name="agent-store")
         ready = asyncio.create_task(server.ready.wait())
@@ -285,16 +286,22 @@ class AgentProcess:
         await cancel(self._server)
 
 
-async def _child(settings: Settings, bootstrap: str, data_dir: Path, fd: int) -> None:
+async def _child(fd: int) -> None:
+    reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=fd))
+    started = await _read(reader)
+    if started is None or started[0] != "start":
+        raise SystemExit("the aggregation agent's process: no settings from its parent")
+    _, values, bootstrap, data_dir = started
+    settings = Settings(**values)
+    memory.limit_arenas(settings.malloc_arenas)
     loop = asyncio.get_running_loop()
     parent = os.getppid()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=fd))
     store = RemoteStore(reader, writer)
     trim = asyncio.create_task(memory.trim_periodically(settings.malloc_trim_seconds))
-    app = build_app(settings, store, bootstrap=bootstrap, data_dir=data_dir)
+    app = build_app(settings, store, bootstrap=bootstrap, data_dir=Path(data_dir))
     try:
         await app.start()
         await store.ready()
@@ -324,11 +331,9 @@ def _exit_within(seconds: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings_json, bootstrap, data_dir, fd, level = (argv or sys.argv[1:])[:5]
+    fd, level = (argv or sys.argv[1:])[:2]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings(**json.loads(settings_json))
-    memory.limit_arenas(settings.malloc_arenas)  # before any thread allocates
-    serve(_child(settings, bootstrap, Path(data_dir), int(fd)))
+    serve(_child(int(fd)))
     return 0
 
 
