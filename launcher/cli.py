@@ -615,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "worker":
             health = None if args.health_port is None else listen("0.0.0.0", args.health_port)
             serve(run(settings, ServeOptions(args.data_dir, frontend=False,
-                                              health_sock=health)))
+                                             health_sock=health)))
             return 0
         # the port first: a port in use is reported before anything starts
         sock = listen(args.host, args.port)
@@ -641,8 +641,8 @@ def main(argv: list[str] | None = None) -> int:
                 serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock)))
                 return 0
             serve(run(settings, ServeOptions(args.data_dir, host=args.host, sock=sock,
-                                              **_tls_options(parser, args),
-                                              **_access_options(args))))
+                                             **_tls_options(parser, args),
+                                             **_access_options(args))))
         return 0
     except (StartupError, AlreadyRunning, ClusterError, demo.DemoError, BrokerError) as err:
         print(f"reports-pipeline {args.command}: {err}", file=sys.stderr)
