@@ -200,11 +200,6 @@ class AgentProcess:
         self._server: asyncio.Task[None] | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
-        self.restarts = 0
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
 
     async def start(self) -> None:
         await self._spawn()
@@ -260,7 +255,6 @@ class AgentProcess:
             delay = min(delay * 2, RESTART_SECONDS[1])
             try:
                 await self._spawn()
-                self.restarts += 1
             except (AgentStartError, OSError) as err:
                 log.error("%s", err)
 
