@@ -182,11 +182,12 @@ class Handlers:
 
     def _checked(self, request: Request, rtype: ResourceType, obj: JSON, *, namespace: str,
                  name: str | None, warnings: list[str]) -> JSON:
-        obj = validation.check_object(rtype, obj, namespace=namespace, name=name)
+        known = schema.surely_known(rtype, obj)
+        obj = validation.check_object(rtype, obj, namespace=namespace, name=name, known=known)
         mode = request.query_params.get("fieldValidation", "Warn") or "Warn"
         if mode not in ("Ignore", "Warn", "Strict"):
             raise BadRequest(f'fieldValidation "{mode}" is invalid: use Ignore, Warn or Strict')
-        unknown = [] if schema.surely_known(rtype, obj) else openapi.unknown_fields(rtype, obj)
+        unknown = [] if known else openapi.unknown_fields(rtype, obj)
         if unknown:
             if mode == "Strict":
                 raise BadRequest("strict decoding error: " + ", ".join(

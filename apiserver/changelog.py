@@ -26,6 +26,7 @@ from sortedcontainers import SortedDict
 from apiserver.errors import Unavailable
 from pipeline.clickhouse.store import ReportStore
 from pipeline.kafka import client as kafka
+from pipeline.kafka.published import Published
 from pipeline.model.messages import Change
 from pipeline.model.objects import identity
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
@@ -104,10 +105,13 @@ class Subscription:
 
 
 class ChangeLog:
-    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str):
+    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str,
+                 published: Published | None = None):
         self._settings = settings
         self._store = store
         self._bootstrap = bootstrap
+        #: the changes this process's committer published: not parsed again
+        self._changes = (published or Published()).reader()
         self._tp = TopicPartition(settings.changes_topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
         #: Asks for the log's end on a connection of its own: the broker
@@ -177,7 +181,7 @@ class ChangeLog:
             if not records and position == self._position:
                 continue
             for record in records:
-                change = kafka.change_from_record(record)
+                change = self._changes.change(record)
                 if change is None or change.resource_version <= self._floor:
                     continue
                 key = identity(change.obj)
@@ -263,6 +267,8 @@ class ChangeLog:
     async def _materialized(self, done: Callable[[], bool], message: str) -> None:
         """Until ``done`` holds of the ClickHouse watermark, asking for it again
         while it does not; Unavailable after the write timeout."""
+        if done():
+            return  # as nearly always: no timer to arm
         try:
             async with asyncio.timeout(self._settings.write_timeout):
                 while not done():

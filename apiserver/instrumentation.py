@@ -41,10 +41,10 @@ class Instrumented:
         try:
             await self._app(scope, receive, sending)
         finally:
-            metrics.REQUESTS.labels(verb.upper() if watching else verb, group, resource,
-                                    str(code)).inc()
+            metrics.labelled(metrics.REQUESTS, verb.upper() if watching else verb, group,
+                             resource, str(code)).inc()
             if watching:
                 metrics.OPEN_WATCHES.labels(resource).dec()
             else:
-                metrics.REQUEST_SECONDS.labels(verb, group, resource).observe(
+                metrics.labelled(metrics.REQUEST_SECONDS, verb, group, resource).observe(
                     time.perf_counter() - started)

@@ -65,13 +65,14 @@ def _closed(node: Any) -> Any:
 
 @cache
 def _closed_validator(rtype_id: str) -> Any:
-    return jsonschema_rs.validator_for(_closed(openapi.resolved(by_id(rtype_id))))
+    return jsonschema_rs.validator_for(_closed(_bounded(openapi.resolved(by_id(rtype_id)))))
 
 
 def surely_known(rtype: ResourceType, obj: JSON) -> bool:
     """True when every field of ``obj`` is declared by the schema and valid, at
-    the cost of one compiled validation; False means "walk it"
-    (``openapi.unknown_fields``), as for any body with a type error."""
+    the cost of one compiled validation (its body then has no ``causes``);
+    False means "walk it" (``openapi.unknown_fields``), as for any body with a
+    type error."""
     return bool(_closed_validator(rtype.id).is_valid(obj))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from apiserver.errors import BadRequest
@@ -18,27 +19,29 @@ _VALUE = re.compile(rf"^({_NAME})?$")
 _TOKEN = re.compile(r"\s*(!=|==|=|\(|\)|,|!|[^\s!=(),]+)")
 
 
-def label_key_errors(key: str) -> list[str]:
+@lru_cache(maxsize=4096)  # the same few keys on every write
+def label_key_errors(key: str) -> tuple[str, ...]:
     if not _QUALIFIED.match(key):
-        return ["name part must consist of alphanumeric characters, '-', '_' or '.', and must"
+        return ("name part must consist of alphanumeric characters, '-', '_' or '.', and must"
                 " start and end with an alphanumeric character, with an optional DNS subdomain"
-                " prefix and '/'"]
+                " prefix and '/'",)
     prefix, _, name = key.rpartition("/")
     errors = []
     if len(name) > 63:
         errors.append("name part must be no more than 63 characters")
     if len(prefix) > 253:
         errors.append("prefix part must be no more than 253 characters")
-    return errors
+    return tuple(errors)
 
 
-def label_value_errors(value: str) -> list[str]:
+@lru_cache(maxsize=4096)
+def label_value_errors(value: str) -> tuple[str, ...]:
     if len(value) > 63:
-        return ["must be no more than 63 characters"]
+        return ("must be no more than 63 characters",)
     if not _VALUE.match(value):
-        return ["a valid label must be an empty string or consist of alphanumeric characters,"
-                " '-', '_' or '.', and must start and end with an alphanumeric character"]
-    return []
+        return ("a valid label must be an empty string or consist of alphanumeric characters,"
+                " '-', '_' or '.', and must start and end with an alphanumeric character",)
+    return ()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -17,6 +16,7 @@ from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, T
 from apiserver.selectors import FieldSelector, LabelSelector
 from apiserver.writes import Writer
 from pipeline.clickhouse.store import ReportStore, StoredObject, StoreError
+from pipeline.model.objects import now_rfc3339
 from pipeline.model.resources import ResourceType
 from pipeline.observe import metrics
 
@@ -31,10 +31,6 @@ PAGE = 500
 #: Attempts of a patch whose object other writers keep changing (kube-apiserver
 #: retries such a patch until it applies).
 PATCH_RETRIES = 64
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -252,7 +248,7 @@ class ReportService:
     # -- writes -----------------------------------------------------------
     async def _write(self, *, dry_run: bool = False, **kwargs: Any) -> Written:
         await self.changelog.admit()
-        with metrics.WRITE_COMMIT_SECONDS.labels(kwargs.get("op", "")).time():
+        with metrics.labelled(metrics.WRITE_COMMIT_SECONDS, kwargs.get("op", "")).time():
             reply = await self._writer.submit(now=now_rfc3339(), dry_run=dry_run, **kwargs)
         if reply.obj is not None and dry_run:
             return reply.obj
@@ -265,7 +261,8 @@ class ReportService:
             await self.changelog.wait_for(reply.resource_version)
             return reply.obj
         finally:
-            metrics.WRITE_STAGE_SECONDS.labels("visible").observe(time.perf_counter() - replied)
+            metrics.labelled(metrics.WRITE_STAGE_SECONDS, "visible").observe(
+                time.perf_counter() - replied)
 
     async def create(self, rtype: ResourceType, namespace: str, obj: JSON, *,
                      dry_run: bool = False, manager: str = "", applied: bool = False

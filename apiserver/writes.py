@@ -25,10 +25,13 @@ from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
-STAGE = metrics.WRITE_STAGE_SECONDS.labels
 #: A committer in this process: takes a request, or None when it cannot
 #: decide it (it does not own the requests partition).
 HandOver = Callable[[WriteRequest], "asyncio.Future[Reply] | None"]
+
+
+def _stage(stage: str) -> Any:
+    return metrics.labelled(metrics.WRITE_STAGE_SECONDS, stage)
 
 
 class Writer:
@@ -116,8 +119,8 @@ class Writer:
         except (TimeoutError, OutcomeUnknown) as err:
             raise Timeout("the write was not confirmed in time; its outcome is unknown",
                           retry_after=1) from err
-        STAGE("produce").observe(0.0)  # nothing to publish
-        STAGE("commit").observe(time.perf_counter() - started)
+        _stage("produce").observe(0.0)  # nothing to publish
+        _stage("commit").observe(time.perf_counter() - started)
         return reply
 
     async def _publish(self, req: WriteRequest) -> Reply:
@@ -140,8 +143,8 @@ class Writer:
             except TimeoutError as err:
                 raise Timeout("the write was not confirmed in time; its outcome is unknown",
                               retry_after=1) from err
-            STAGE("produce").observe(produced - started)
-            STAGE("commit").observe(time.perf_counter() - produced)
+            _stage("produce").observe(produced - started)
+            _stage("commit").observe(time.perf_counter() - produced)
         finally:
             self._pending.pop(req.id, None)
         return reply

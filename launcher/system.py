@@ -49,6 +49,7 @@ from launcher.kubeapi import Reviews, endpoint
 from pipeline.clickhouse.store import ReportStore, StoreError, redacted
 from pipeline.commit.service import CommitService
 from pipeline.kafka import client as kafka
+from pipeline.kafka.published import Published
 from pipeline.materialize.consumer import Materializer
 from pipeline.observe import metrics
 from pipeline.observe.lag import LagMonitor
@@ -238,6 +239,8 @@ class System:
             self.bootstrap = broker.bootstrap
             self.broker = broker
         await kafka.ensure_topics(settings, self.bootstrap)
+        # what the committer publishes, its readers here take rather than parse
+        published = Published()
 
         if worker:
             self.agent = AgentProcess(settings, store, bootstrap=self.bootstrap,
@@ -246,10 +249,11 @@ class System:
             self._on_stop("the aggregation agent", self.agent.stop)
             self.committer = CommitService(
                 settings, build_committer(settings, store, bootstrap=self.bootstrap),
-                bootstrap=self.bootstrap)
+                bootstrap=self.bootstrap, published=published)
             await self.committer.start()
             self._on_stop("the committer", self.committer.stop)
-            materializer = Materializer(settings, store, bootstrap=self.bootstrap)
+            materializer = Materializer(settings, store, bootstrap=self.bootstrap,
+                                        published=published)
             await materializer.start()
             self._on_stop("the materializer", materializer.stop)
             lag = LagMonitor(settings, store, bootstrap=self.bootstrap)
@@ -257,7 +261,8 @@ class System:
             self._on_stop("the lag monitor", lag.stop)
         if not frontend:
             return
-        self.changelog = changelog = ChangeLog(settings, store, bootstrap=self.bootstrap)
+        self.changelog = changelog = ChangeLog(settings, store, bootstrap=self.bootstrap,
+                                               published=published)
         await changelog.start()
         self._on_stop("the change-log cache", changelog.stop)
         # the committer in this process, when there is one, takes writes directly

@@ -40,8 +40,9 @@ from aiokafka.structs import OffsetAndMetadata
 from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
+from pipeline.kafka.published import Published
 from pipeline.kafka.transactions import CoordinatorView
-from pipeline.model.messages import DecodeError, Reply, WriteRequest, change_headers
+from pipeline.model.messages import Change, DecodeError, Reply, WriteRequest, change_headers
 from pipeline.model.objects import identity, object_key
 from pipeline.model.topics import PARTITION
 from pipeline.observe import metrics
@@ -91,10 +92,13 @@ class _Ownership(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class CommitService:
-    def __init__(self, settings: Settings, committer: Committer, *, bootstrap: str):
+    def __init__(self, settings: Settings, committer: Committer, *, bootstrap: str,
+                 published: Published | None = None):
         self._settings = settings
         self._committer = committer
         self._bootstrap = bootstrap
+        #: where the changes this committer publishes go for readers in this process
+        self._published = published
         self._tp = TopicPartition(settings.requests_topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -340,12 +344,15 @@ class CommitService:
         assert producer is not None
         replied = len(requests) if replied is None else replied
         sent: list[asyncio.Future[Any]] = []
+        changes: list[tuple[bytes, Change]] = []
         try:
             await producer.begin_transaction()
             for d in decisions:
                 if d.change is not None:
+                    raw = d.change.encode()
+                    changes.append((raw, d.change))
                     sent.append(await producer.send(
-                        self._settings.changes_topic, d.change.encode(),
+                        self._settings.changes_topic, raw,
                         key=object_key(*identity(d.change.obj)).encode(), partition=PARTITION,
                         headers=change_headers(d.change)))
             for req, d in zip(requests[:replied], decisions[:replied], strict=True):
@@ -362,6 +369,9 @@ class CommitService:
             self.committed += 1
             if next_offset is not None:
                 self._next_offset = next_offset
+            if self._published is not None:
+                for fut, (raw, change) in zip(sent, changes, strict=False):
+                    self._published.add(fut.result().offset, raw, change)
         except ProducerFenced as err:
             self.fenced += 1
             await self._drop_producer()
@@ -390,13 +400,14 @@ class CommitService:
 def _observe(arrived: list[float], taken: float, decide: float, publish: float) -> None:
     """A committed batch's times: per batch, and per write (each request waited
     from its publication or hand-over, ``arrived``, until ``taken``)."""
-    metrics.COMMITTER_TRANSACTION_SECONDS.labels("decide").observe(decide)
-    metrics.COMMITTER_TRANSACTION_SECONDS.labels("publish").observe(publish)
-    stage = metrics.WRITE_STAGE_SECONDS.labels
+    metrics.labelled(metrics.COMMITTER_TRANSACTION_SECONDS, "decide").observe(decide)
+    metrics.labelled(metrics.COMMITTER_TRANSACTION_SECONDS, "publish").observe(publish)
+    queue, deciding, transaction = (metrics.labelled(metrics.WRITE_STAGE_SECONDS, stage)
+                                    for stage in ("queue", "decide", "transaction"))
     for at in arrived:
-        stage("queue").observe(max(0.0, taken - at))
-        stage("decide").observe(decide)
-        stage("transaction").observe(publish)
+        queue.observe(max(0.0, taken - at))
+        deciding.observe(decide)
+        transaction.observe(publish)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 
 from pipeline.clickhouse.store import ReportStore, StoreError
 from pipeline.kafka import client as kafka
+from pipeline.kafka.published import Published, Reader
 from pipeline.model.messages import Change
 from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
@@ -44,10 +45,13 @@ class _Position(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class Materializer:
-    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str):
+    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str,
+                 published: Published | None = None):
         self._settings = settings
         self._store = store
         self._bootstrap = bootstrap
+        #: the changes this process's committer published: not parsed again
+        self._changes = (published or Published()).reader()
         self._tp = TopicPartition(settings.changes_topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
@@ -127,7 +131,7 @@ class Materializer:
 
     async def _write(self, records: list[Any]) -> None:
         # decoded beside the event loop: a second's changes take it tens of ms
-        changes, objects, stamps = await asyncio.to_thread(_decode, records)
+        changes, objects, stamps = await asyncio.to_thread(_decode, records, self._changes)
         if not changes:
             return
         last = records[-1]
@@ -141,14 +145,15 @@ class Materializer:
             metrics.COMMIT_TO_CLICKHOUSE_SECONDS.observe(max(0.0, now - stamp))
 
 
-def _decode(records: list[Any]) -> tuple[list[Change], list[bytes | None], list[float]]:
+def _decode(records: list[Any], reader: Reader
+            ) -> tuple[list[Change], list[bytes | None], list[float]]:
     """The changes of ``records``, each change's object as the log holds it,
     and its commit time."""
     changes: list[Change] = []
     objects: list[bytes | None] = []
     stamps: list[float] = []
     for record in records:
-        change = kafka.change_from_record(record)
+        change = reader.change(record)
         if change is not None:
             changes.append(change)
             objects.append(Change.object_json(record.value))

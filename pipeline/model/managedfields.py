@@ -19,8 +19,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
+
+from pipeline.model.objects import now_rfc3339
 
 JSON = dict[str, Any]
 Path = tuple[str, ...]
@@ -156,10 +157,6 @@ class _Entry:
         return out
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _entries(obj: JSON | None) -> list[_Entry]:
     raw = ((obj or {}).get("metadata") or {}).get("managedFields") or []
     return [e for e in map(_Entry.parse, raw if isinstance(raw, list) else []) if e]
@@ -219,7 +216,7 @@ def apply(live: JSON | None, applied: JSON, *, manager: str, api_version: str,
             if not any(o[:len(path)] == path for o in still):
                 _remove(result, path)
     result = _deep_merge(result, applied)
-    entry = _Entry(manager, "Apply", api_version, mine, _now())
+    entry = _Entry(manager, "Apply", api_version, mine, now_rfc3339())
     return _render(result, [*others, entry])
 
 
@@ -250,10 +247,10 @@ def update(live: JSON | None, new: JSON, *, manager: str, api_version: str) -> J
         mine = next((e for e in entries if e.manager == manager and e.operation == "Update"
                      and e.api_version == api_version), None)
         if mine is None:
-            mine = _Entry(manager, "Update", api_version, set(), _now())
+            mine = _Entry(manager, "Update", api_version, set(), now_rfc3339())
             entries.append(mine)
         mine.paths |= changed
-        mine.time = _now()
+        mine.time = now_rfc3339()
     return _render({**new, "metadata": dict(new_meta)}, entries)
 
 

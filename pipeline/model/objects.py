@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from pipeline.model.resources import ResourceType, by_kind
@@ -100,3 +101,17 @@ def namespace_errors(namespace: str) -> list[str]:
             " or '-', and must start and end with an alphanumeric character"
         )
     return errors
+
+
+_second: list[tuple[int, str]] = [(0, "")]
+
+
+def now_rfc3339() -> str:
+    """The time now as Kubernetes writes timestamps (RFC 3339, to the second;
+    formatted once a second: every write asks)."""
+    now = int(time.time())
+    second, text = _second[0]
+    if now != second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+        _second[0] = (now, text)
+    return text

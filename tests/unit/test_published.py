@@ -1,0 +1,76 @@
+"""The committer's changes handed to the change log's readers in its process:
+taken when the record holds what the committer sent, parsed otherwise, and
+kept no longer than the slowest reader needs them."""
+
+from __future__ import annotations
+
+from aiokafka.structs import ConsumerRecord
+
+from pipeline.kafka.published import Published
+from pipeline.model.messages import Change, change_headers
+
+
+def change(rv: int, name: str = "r") -> Change:
+    obj = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+           "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)},
+           "results": [{"policy": "p", "result": "fail"}]}
+    return Change("MODIFIED", obj, rv, request_id=f"req-{rv}", previous=rv - 1)
+
+
+def record(offset: int, c: Change, raw: bytes | None = None) -> ConsumerRecord:
+    value = c.encode() if raw is None else raw
+    return ConsumerRecord("changes", 0, offset, 1_700_000_000_000, 0, b"k", value, None, 1,
+                          len(value), [(k, v) for k, v in change_headers(c)])
+
+
+def test_the_committers_change_is_taken_for_the_same_bytes() -> None:
+    published = Published()
+    reader = published.reader()
+    c = change(7)
+    published.add(40, c.encode(), c)
+    assert reader.change(record(40, c)) is c
+
+
+def test_other_bytes_at_the_offset_are_parsed() -> None:
+    published = Published()
+    reader = published.reader()
+    mine, theirs = change(7), change(7, name="other")
+    published.add(40, mine.encode(), mine)
+    got = reader.change(record(40, theirs))
+    assert got == theirs and got is not theirs
+    assert reader.change(record(41, mine)) == mine  # nothing published there
+
+
+def test_kept_until_every_reader_has_passed() -> None:
+    published = Published()
+    fast, slow = published.reader(), published.reader()
+    changes = {offset: change(offset) for offset in range(10, 14)}
+    for offset, c in changes.items():
+        published.add(offset, c.encode(), c)
+    for offset, c in changes.items():
+        assert fast.change(record(offset, c)) is c
+    published.add(14, change(14).encode(), change(14))
+    assert len(published) == 5  # the slow reader has read none
+    assert slow.change(record(12, changes[12])) is changes[12]
+    published.add(15, change(15).encode(), change(15))
+    assert len(published) == 3  # 13, 14 and 15: both readers are past 12
+    assert slow.change(record(11, changes[11])) == changes[11]  # gone: parsed
+
+
+def test_at_most_so_many_are_kept() -> None:
+    published = Published(most=3)
+    published.reader()  # never reads
+    for offset in range(10):
+        published.add(offset, change(offset).encode(), change(offset))
+    assert len(published) == 3
+
+
+def test_an_offset_seen_before_starts_afresh() -> None:
+    published = Published()
+    reader = published.reader()
+    for offset in range(5):
+        published.add(offset, change(offset).encode(), change(offset))
+    again = change(100)
+    published.add(2, again.encode(), again)  # a recreated log
+    assert len(published) == 1
+    assert reader.change(record(2, again)) is again
