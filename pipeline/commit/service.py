@@ -35,12 +35,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka.structs import OffsetAndMetadata, RecordMetadata
 
 from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
-from pipeline.kafka.published import Published
+from pipeline.kafka.published import Entry, Published
 from pipeline.kafka.transactions import CoordinatorView
 from pipeline.model.messages import Change, DecodeError, Reply, WriteRequest, change_headers
 from pipeline.model.objects import identity, object_key
@@ -369,9 +369,9 @@ class CommitService:
             self.committed += 1
             if next_offset is not None:
                 self._next_offset = next_offset
-            if self._published is not None:
-                for fut, (raw, change) in zip(sent, changes, strict=False):
-                    self._published.add(fut.result().offset, raw, change)
+            if self._published is not None and changes:
+                self._published.add([_entry(fut.result(), raw, change) for fut, (raw, change)
+                                     in zip(sent, changes, strict=False)])
         except ProducerFenced as err:
             self.fenced += 1
             await self._drop_producer()
@@ -408,6 +408,12 @@ def _observe(arrived: list[float], taken: float, decide: float, publish: float) 
         queue.observe(max(0.0, taken - at))
         deciding.observe(decide)
         transaction.observe(publish)
+
+
+def _entry(sent: RecordMetadata, raw: bytes, change: Change) -> Entry:
+    at = sent.timestamp / 1000 if sent.timestamp is not None and sent.timestamp >= 0 else \
+        time.time()
+    return Entry(sent.offset, raw, change, at)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -11,11 +11,17 @@ process wrote, is parsed as before).
 An entry is kept until every reader has read past it, and the newest
 ``MOST_KEPT`` at most: a reader that stopped reading (a materializer that no
 longer owns the partition) does not keep them all.
+
+A listener hears of each transaction's changes as soon as it has committed,
+before any consumer could fetch them (the frontend's cache answers the writer
+then, rather than after its consumer's next fetch).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.kafka.client import change_from_record
@@ -25,22 +31,41 @@ from pipeline.model.messages import Change
 MOST_KEPT = 2048
 
 
+@dataclass(frozen=True)
+class Entry:
+    """A committed change: its record's offset, value and time (Unix seconds)."""
+
+    offset: int
+    raw: bytes
+    change: Change
+    at: float
+
+
 class Published:
     def __init__(self, most: int = MOST_KEPT):
         self._most = most
-        self._entries: dict[int, tuple[bytes, Change]] = {}
+        self._entries: dict[int, Entry] = {}
         self._offsets: deque[int] = deque()
         self._readers: list[Reader] = []
+        self._listeners: list[Callable[[Sequence[Entry]], None]] = []
 
-    def add(self, offset: int, raw: bytes, change: Change) -> None:
-        """The committed change at ``offset``, sent as ``raw``."""
-        if self._offsets and offset <= self._offsets[-1]:
-            self.clear()  # the log was recreated, or another committer wrote it
-        self._entries[offset] = (raw, change)
-        self._offsets.append(offset)
-        below = min((r.position for r in self._readers), default=offset + 1)
+    def add(self, entries: Sequence[Entry]) -> None:
+        """One transaction's committed changes, in the order of their offsets."""
+        for entry in entries:
+            if self._offsets and entry.offset <= self._offsets[-1]:
+                self.clear()  # the log was recreated, or another committer wrote it
+            self._entries[entry.offset] = entry
+            self._offsets.append(entry.offset)
+        below = min((r.position for r in self._readers), default=self._offsets[-1] + 1
+                    if self._offsets else 0)
         while self._offsets and (self._offsets[0] < below or len(self._offsets) > self._most):
             del self._entries[self._offsets.popleft()]
+        for listener in self._listeners:
+            listener(entries)
+
+    def listen(self, listener: Callable[[Sequence[Entry]], None]) -> None:
+        """Call ``listener`` with each transaction's changes once committed."""
+        self._listeners.append(listener)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -54,9 +79,9 @@ class Published:
 
     def get(self, offset: int, raw: bytes) -> Change | None:
         entry = self._entries.get(offset)
-        if entry is None or entry[0] != raw:
+        if entry is None or entry.raw != raw:
             return None
-        return entry[1]
+        return entry.change
 
     def __len__(self) -> int:
         return len(self._offsets)

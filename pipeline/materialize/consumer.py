@@ -51,7 +51,7 @@ class Materializer:
         self._store = store
         self._bootstrap = bootstrap
         #: the changes this process's committer published: not parsed again
-        self._changes = (published or Published()).reader()
+        self._changes = (published if published is not None else Published()).reader()
         self._tp = TopicPartition(settings.changes_topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None

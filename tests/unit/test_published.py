@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
-from pipeline.kafka.published import Published
+from pipeline.kafka.published import Entry, Published
 from pipeline.model.messages import Change, change_headers
 
 
@@ -15,6 +15,13 @@ def change(rv: int, name: str = "r") -> Change:
            "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)},
            "results": [{"policy": "p", "result": "fail"}]}
     return Change("MODIFIED", obj, rv, request_id=f"req-{rv}", previous=rv - 1)
+
+
+def publish(published: Published, *offsets: int, name: str = "r") -> list[Change]:
+    """One transaction's changes at ``offsets`` (each change's version is its offset)."""
+    changes = [change(offset, name) for offset in offsets]
+    published.add([Entry(offset, c.encode(), c, 1.0) for offset, c in zip(offsets, changes)])
+    return changes
 
 
 def record(offset: int, c: Change, raw: bytes | None = None) -> ConsumerRecord:
@@ -26,16 +33,14 @@ def record(offset: int, c: Change, raw: bytes | None = None) -> ConsumerRecord:
 def test_the_committers_change_is_taken_for_the_same_bytes() -> None:
     published = Published()
     reader = published.reader()
-    c = change(7)
-    published.add(40, c.encode(), c)
+    [c] = publish(published, 40)
     assert reader.change(record(40, c)) is c
 
 
 def test_other_bytes_at_the_offset_are_parsed() -> None:
     published = Published()
     reader = published.reader()
-    mine, theirs = change(7), change(7, name="other")
-    published.add(40, mine.encode(), mine)
+    [mine], theirs = publish(published, 40), change(40, name="other")
     got = reader.change(record(40, theirs))
     assert got == theirs and got is not theirs
     assert reader.change(record(41, mine)) == mine  # nothing published there
@@ -44,15 +49,13 @@ def test_other_bytes_at_the_offset_are_parsed() -> None:
 def test_kept_until_every_reader_has_passed() -> None:
     published = Published()
     fast, slow = published.reader(), published.reader()
-    changes = {offset: change(offset) for offset in range(10, 14)}
-    for offset, c in changes.items():
-        published.add(offset, c.encode(), c)
+    changes = dict(zip(range(10, 14), publish(published, 10, 11, 12, 13)))
     for offset, c in changes.items():
         assert fast.change(record(offset, c)) is c
-    published.add(14, change(14).encode(), change(14))
+    publish(published, 14)
     assert len(published) == 5  # the slow reader has read none
     assert slow.change(record(12, changes[12])) is changes[12]
-    published.add(15, change(15).encode(), change(15))
+    publish(published, 15)
     assert len(published) == 3  # 13, 14 and 15: both readers are past 12
     assert slow.change(record(11, changes[11])) == changes[11]  # gone: parsed
 
@@ -61,16 +64,23 @@ def test_at_most_so_many_are_kept() -> None:
     published = Published(most=3)
     published.reader()  # never reads
     for offset in range(10):
-        published.add(offset, change(offset).encode(), change(offset))
+        publish(published, offset)
     assert len(published) == 3
 
 
 def test_an_offset_seen_before_starts_afresh() -> None:
     published = Published()
     reader = published.reader()
-    for offset in range(5):
-        published.add(offset, change(offset).encode(), change(offset))
-    again = change(100)
-    published.add(2, again.encode(), again)  # a recreated log
+    publish(published, *range(5))
+    [again] = publish(published, 2, name="again")  # a recreated log
     assert len(published) == 1
     assert reader.change(record(2, again)) is again
+
+
+def test_listeners_hear_each_transaction() -> None:
+    published = Published()
+    heard: list[list[int]] = []
+    published.listen(lambda entries: heard.append([e.offset for e in entries]))
+    publish(published, 3, 4)
+    publish(published, 6)
+    assert heard == [[3, 4], [6]]
