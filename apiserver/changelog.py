@@ -6,10 +6,6 @@ It serves three purposes:
   call is in the cache, whose events are overlaid on ClickHouse's state;
 - read-your-writes: ``wait_for(rv)`` after a write;
 - watches (streaming events to clients).
-
-The committer in the same process (``up``) hands over each transaction's
-changes once committed (``pipeline.kafka.published``): the writer is answered
-without waiting for the tail's next fetch.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +26,7 @@ from sortedcontainers import SortedDict
 from apiserver.errors import Unavailable
 from pipeline.clickhouse.store import ReportStore
 from pipeline.kafka import client as kafka
-from pipeline.kafka.published import Entry, Published
+from pipeline.kafka.published import Published
 from pipeline.model.messages import Change
 from pipeline.model.objects import identity
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
@@ -114,11 +110,8 @@ class ChangeLog:
         self._settings = settings
         self._store = store
         self._bootstrap = bootstrap
-        #: the changes this process's committer published: not parsed again,
-        #: and taken as soon as they are committed
-        published = published if published is not None else Published()
-        self._changes = published.reader()
-        published.listen(self._committed)
+        #: the changes this process's committer published: not parsed again
+        self._changes = (published if published is not None else Published()).reader()
         self._tp = TopicPartition(settings.changes_topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
         #: Asks for the log's end on a connection of its own: the broker
@@ -131,12 +124,6 @@ class ChangeLog:
         self._latest: SortedDict[Key, Event] = SortedDict()
         self._position = 0  # next offset to read
         self._rv = 0  # highest resourceVersion seen
-        self._last = 0  # the resourceVersion of the last change cached
-        #: the last change taken from the committer (the tail skips it and
-        #: those before), and the offset the cache holds every change before
-        self._taken = 0
-        self._covered = 0
-        self._notifying: set[asyncio.Task[None]] = set()
         self._floor = 0  # every change at or below this is in ClickHouse
         self._history = 0  # the cache holds every change after this
         self._watermark = 0  # last known ClickHouse watermark
@@ -195,47 +182,24 @@ class ChangeLog:
                 continue
             for record in records:
                 change = self._changes.change(record)
-                if change is None or change.resource_version <= max(self._floor, self._taken):
+                if change is None or change.resource_version <= self._floor:
                     continue
-                self._take(change, record.value, record.timestamp / 1000)
+                key = identity(change.obj)
+                before = self._latest.get(key)
+                event = Event(key, Cached.of(change, record.value),
+                              before.change if before else None, record.timestamp / 1000,
+                              change.previous)
+                self._append(event)
+                for sub in self._subscribers:
+                    sub.offer(event)
             self._position = position
             async with self._advanced:
                 self._advanced.notify_all()
-
-    def _take(self, change: Change, raw: bytes, at: float) -> None:
-        key = identity(change.obj)
-        before = self._latest.get(key)
-        event = Event(key, Cached.of(change, raw), before.change if before else None, at,
-                      change.previous)
-        self._append(event)
-        for sub in self._subscribers:
-            sub.offer(event)
-
-    def _committed(self, entries: Sequence[Entry]) -> None:
-        """The committer in this process has committed ``entries``. They are
-        cached now when they follow the last change cached (resourceVersions
-        are consecutive); otherwise the tail brings them, as any other's."""
-        if entries[0].change.resource_version != self._last + 1:
-            return
-        for entry in entries:
-            self._take(entry.change, entry.raw, entry.at)
-        self._taken = entries[-1].change.resource_version
-        # The change log has one writer: the transaction's commit marker
-        # follows its last record.
-        self._covered = max(self._covered, entries[-1].offset + 2)
-        task = asyncio.get_running_loop().create_task(self._notify())
-        self._notifying.add(task)
-        task.add_done_callback(self._notifying.discard)
-
-    async def _notify(self) -> None:
-        async with self._advanced:
-            self._advanced.notify_all()
 
     def _append(self, event: Event) -> None:
         self._events.append(event)
         self._latest[event.key] = event
         self._rv = max(self._rv, event.change.resource_version)
-        self._last = event.change.resource_version
         while len(self._events) > self._settings.watch_cache_size:
             old = self._events.popleft()
             self._floor = old.change.resource_version
@@ -280,8 +244,7 @@ class ChangeLog:
         try:
             async with asyncio.timeout(self._settings.write_timeout):
                 async with self._advanced:
-                    await self._advanced.wait_for(
-                        lambda: max(self._position, self._covered) >= end)
+                    await self._advanced.wait_for(lambda: self._position >= end)
         except TimeoutError as err:
             raise Unavailable("the change log is behind; retry", retry_after=1) from err
         if settle:

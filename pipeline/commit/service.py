@@ -35,7 +35,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
-from aiokafka.structs import OffsetAndMetadata, RecordMetadata
+from aiokafka.structs import OffsetAndMetadata
 
 from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer
@@ -369,9 +369,6 @@ class CommitService:
             self.committed += 1
             if next_offset is not None:
                 self._next_offset = next_offset
-            if self._published is not None and changes:
-                self._published.add([_entry(fut.result(), raw, change) for fut, (raw, change)
-                                     in zip(sent, changes, strict=False)])
         except ProducerFenced as err:
             self.fenced += 1
             await self._drop_producer()
@@ -382,6 +379,10 @@ class CommitService:
         finally:
             for fut in sent:  # a failed transaction fails every send: seen here
                 fut.add_done_callback(_retrieve)
+        if self._published is not None and changes:
+            # the changes come first among the records sent
+            self._published.add([Entry(fut.result().offset, raw, change)
+                                 for fut, (raw, change) in zip(sent, changes, strict=False)])
 
     async def _rewind(self, first: int) -> None:
         """Back to the last committed offset of the requests partition (to
@@ -408,12 +409,6 @@ def _observe(arrived: list[float], taken: float, decide: float, publish: float) 
         queue.observe(max(0.0, taken - at))
         deciding.observe(decide)
         transaction.observe(publish)
-
-
-def _entry(sent: RecordMetadata, raw: bytes, change: Change) -> Entry:
-    at = sent.timestamp / 1000 if sent.timestamp is not None and sent.timestamp >= 0 else \
-        time.time()
-    return Entry(sent.offset, raw, change, at)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -11,16 +11,12 @@ process wrote, is parsed as before).
 An entry is kept until every reader has read past it, and the newest
 ``MOST_KEPT`` at most: a reader that stopped reading (a materializer that no
 longer owns the partition) does not keep them all.
-
-A listener hears of each transaction's changes as soon as it has committed,
-before any consumer could fetch them (the frontend's cache answers the writer
-then, rather than after its consumer's next fetch).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,12 +29,11 @@ MOST_KEPT = 2048
 
 @dataclass(frozen=True)
 class Entry:
-    """A committed change: its record's offset, value and time (Unix seconds)."""
+    """A committed change: its record's offset and value."""
 
     offset: int
     raw: bytes
     change: Change
-    at: float
 
 
 class Published:
@@ -47,7 +42,6 @@ class Published:
         self._entries: dict[int, Entry] = {}
         self._offsets: deque[int] = deque()
         self._readers: list[Reader] = []
-        self._listeners: list[Callable[[Sequence[Entry]], None]] = []
 
     def add(self, entries: Sequence[Entry]) -> None:
         """One transaction's committed changes, in the order of their offsets."""
@@ -60,12 +54,6 @@ class Published:
                     if self._offsets else 0)
         while self._offsets and (self._offsets[0] < below or len(self._offsets) > self._most):
             del self._entries[self._offsets.popleft()]
-        for listener in self._listeners:
-            listener(entries)
-
-    def listen(self, listener: Callable[[Sequence[Entry]], None]) -> None:
-        """Call ``listener`` with each transaction's changes once committed."""
-        self._listeners.append(listener)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -83,7 +71,8 @@ class Published:
             return None
         return entry.change
 
-    def __len__(self) -> int:
+    def kept(self) -> int:
+        """How many changes are kept."""
         return len(self._offsets)
 
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
+from apiserver.changelog import ChangeLog
 from pipeline.kafka.published import Entry, Published
+from pipeline.materialize.consumer import Materializer
 from pipeline.model.messages import Change, change_headers
+from pipeline.settings import Settings
 
 
 def change(rv: int, name: str = "r") -> Change:
@@ -20,7 +23,8 @@ def change(rv: int, name: str = "r") -> Change:
 def publish(published: Published, *offsets: int, name: str = "r") -> list[Change]:
     """One transaction's changes at ``offsets`` (each change's version is its offset)."""
     changes = [change(offset, name) for offset in offsets]
-    published.add([Entry(offset, c.encode(), c, 1.0) for offset, c in zip(offsets, changes)])
+    published.add([Entry(offset, c.encode(), c)
+                   for offset, c in zip(offsets, changes, strict=True)])
     return changes
 
 
@@ -49,14 +53,14 @@ def test_other_bytes_at_the_offset_are_parsed() -> None:
 def test_kept_until_every_reader_has_passed() -> None:
     published = Published()
     fast, slow = published.reader(), published.reader()
-    changes = dict(zip(range(10, 14), publish(published, 10, 11, 12, 13)))
+    changes = dict(zip(range(10, 14), publish(published, 10, 11, 12, 13), strict=True))
     for offset, c in changes.items():
         assert fast.change(record(offset, c)) is c
     publish(published, 14)
-    assert len(published) == 5  # the slow reader has read none
+    assert published.kept() == 5  # the slow reader has read none
     assert slow.change(record(12, changes[12])) is changes[12]
     publish(published, 15)
-    assert len(published) == 3  # 13, 14 and 15: both readers are past 12
+    assert published.kept() == 3  # 13, 14 and 15: both readers are past 12
     assert slow.change(record(11, changes[11])) == changes[11]  # gone: parsed
 
 
@@ -65,7 +69,7 @@ def test_at_most_so_many_are_kept() -> None:
     published.reader()  # never reads
     for offset in range(10):
         publish(published, offset)
-    assert len(published) == 3
+    assert published.kept() == 3
 
 
 def test_an_offset_seen_before_starts_afresh() -> None:
@@ -73,14 +77,17 @@ def test_an_offset_seen_before_starts_afresh() -> None:
     reader = published.reader()
     publish(published, *range(5))
     [again] = publish(published, 2, name="again")  # a recreated log
-    assert len(published) == 1
+    assert published.kept() == 1
     assert reader.change(record(2, again)) is again
 
 
-def test_listeners_hear_each_transaction() -> None:
+
+def test_the_frontends_cache_and_the_materializer_take_them() -> None:
     published = Published()
-    heard: list[list[int]] = []
-    published.listen(lambda entries: heard.append([e.offset for e in entries]))
-    publish(published, 3, 4)
-    publish(published, 6)
-    assert heard == [[3, 4], [6]]
+    settings = Settings()
+    cache = ChangeLog(settings, store=None, bootstrap="", published=published)  # type: ignore[arg-type]
+    materializer = Materializer(settings, store=None, bootstrap="",  # type: ignore[arg-type]
+                                published=published)
+    [c] = publish(published, 5)
+    assert cache._changes.change(record(5, c)) is c
+    assert materializer._changes.change(record(5, c)) is c
