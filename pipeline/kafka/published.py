@@ -50,8 +50,10 @@ class Published:
                 self.clear()  # the log was recreated, or another committer wrote it
             self._entries[entry.offset] = entry
             self._offsets.append(entry.offset)
-        below = min((r.position for r in self._readers), default=self._offsets[-1] + 1
-                    if self._offsets else 0)
+        if not self._offsets:
+            return
+        # without readers, nothing is kept
+        below = min((r.position for r in self._readers), default=self._offsets[-1] + 1)
         while self._offsets and (self._offsets[0] < below or len(self._offsets) > self._most):
             del self._entries[self._offsets.popleft()]
 
@@ -85,6 +87,6 @@ class Reader:
     def change(self, record: Any) -> Change | None:
         """The change in ``record``: the committer's, or parsed from the
         record (None when it cannot be)."""
-        self.position = record.offset + 1
         change = self._published.get(record.offset, record.value)
+        self.position = record.offset + 1  # after: until then, the entry is kept
         return change if change is not None else change_from_record(record)
