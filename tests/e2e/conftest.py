@@ -83,6 +83,12 @@ class Up:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
 
+    def children(self, marker: str) -> list[psutil.Process]:
+        """The processes `up` started (and theirs) whose command line has
+        ``marker`` (a killed one until it is reaped)."""
+        return [c for c in psutil.Process(self.proc.pid).children(recursive=True)
+                if marker in c.cmdline()]
+
     def kill(self, *, group: bool = False) -> None:
         """SIGKILL `up` (with ``group``, its whole process group and every
         process it started: the broker runs in a session of its own)."""

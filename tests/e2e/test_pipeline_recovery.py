@@ -12,11 +12,12 @@ import random
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import jsonschema
-import psutil
 import pytest
 from aiokafka import TopicPartition
 
@@ -133,69 +134,73 @@ async def counts_match(api: httpx.AsyncClient, bootstrap: str, prefix: str) -> N
     assert any(v["kind"] == "window" for v in values)
 
 
-async def test_counts_survive_a_killed_worker(tmp_path: Path) -> None:
-    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+@dataclass(frozen=True)
+class Outside:
+    """A broker that outlives `up`, and the environment that points `up` at
+    it under a topic prefix of the test's own."""
+
+    broker: KafkaBroker
+    prefix: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"KAFKA_BOOTSTRAP": self.broker.bootstrap, "REPORTS_TOPIC_PREFIX": self.prefix}
+
+
+@pytest.fixture
+async def outside(tmp_path: Path) -> AsyncIterator[Outside]:
     broker = KafkaBroker(tmp_path / "kafka")
     await broker.start()
-    env = {"KAFKA_BOOTSTRAP": broker.bootstrap, "REPORTS_TOPIC_PREFIX": prefix}
+    try:
+        yield Outside(broker, f"e2e-{uuid.uuid4().hex[:8]}")
+    finally:
+        await broker.stop()
+
+
+async def test_counts_survive_a_killed_worker(tmp_path: Path, outside: Outside) -> None:
     rng = random.Random(20261121)
-    up = Up(tmp_path / "data", env)
+    up = Up(tmp_path / "data", outside.env)
     try:
         await asyncio.to_thread(up.wait_ready)
         async with client_for(up) as api:
             await workload(api, rng, 150)
         up.kill(group=True)  # SIGKILL, the agent's process too: it dies wherever it is
-        up = Up(tmp_path / "data", env)
+        up = Up(tmp_path / "data", outside.env)
         await asyncio.to_thread(up.wait_ready)
         async with client_for(up) as api:
             await workload(api, rng, 150)
-            await counts_match(api, broker.bootstrap, prefix)
+            await counts_match(api, outside.broker.bootstrap, outside.prefix)
     finally:
         up.kill()
-        await broker.stop()
 
 
-def agents(up: Up) -> list[psutil.Process]:
-    """`up`'s aggregation agent processes (a killed one until it is reaped)."""
-    return [c for c in psutil.Process(up.proc.pid).children(recursive=True)
-            if "launcher.agentprocess" in c.cmdline()]
-
-
-async def test_counts_survive_a_killed_agent_process(tmp_path: Path) -> None:
+async def test_counts_survive_a_killed_agent_process(tmp_path: Path, outside: Outside) -> None:
     """`up` starts its aggregation agent again when that process dies; the
     agent resumes where its committed offsets and tables left it."""
-    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    broker = KafkaBroker(tmp_path / "kafka")
-    await broker.start()
-    env = {"KAFKA_BOOTSTRAP": broker.bootstrap, "REPORTS_TOPIC_PREFIX": prefix}
     rng = random.Random(20261127)
-    up = Up(tmp_path / "data", env)
+    up = Up(tmp_path / "data", outside.env)
     try:
         await asyncio.to_thread(up.wait_ready)
         async with client_for(up) as api:
-            found = agents(up)
+            found = up.children("launcher.agentprocess")
             assert len(found) == 1, [c.cmdline() for c in found]
             agent = found[0]
             await workload(api, rng, 100)
             agent.kill()  # SIGKILL, mid-batch or between batches
             await workload(api, rng, 100)
             async with asyncio.timeout(60):
-                while (found := agents(up)) == [] or agent in found:
+                while (found := up.children("launcher.agentprocess")) == [] or agent in found:
                     await asyncio.sleep(0.2)
             await workload(api, rng, 50)
-            await counts_match(api, broker.bootstrap, prefix)
+            await counts_match(api, outside.broker.bootstrap, outside.prefix)
         assert "exited (-9); starting it again" in "".join(up.output)
     finally:
         up.kill()
-        await broker.stop()
 
 
-async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:
-    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    broker = KafkaBroker(tmp_path / "kafka")
-    await broker.start()
-    up = Up(tmp_path / "data", {"KAFKA_BOOTSTRAP": broker.bootstrap,
-                                "REPORTS_TOPIC_PREFIX": prefix})
+async def test_consumer_example_prints_a_new_failure(tmp_path: Path, outside: Outside) -> None:
+    broker, prefix = outside.broker, outside.prefix
+    up = Up(tmp_path / "data", outside.env)
     example = None
     try:
         await asyncio.to_thread(up.wait_ready)
@@ -244,7 +249,6 @@ async def test_consumer_example_prints_a_new_failure(tmp_path: Path) -> None:
             example.terminate()
             await example.wait()
         up.kill()
-        await broker.stop()
 
 
 async def first_event(bootstrap: str, topic: str) -> None:

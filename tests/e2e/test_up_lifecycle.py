@@ -27,10 +27,8 @@ from tests.helpers import SAMPLE, collection_path
 
 def children(system: Up) -> tuple[psutil.Process, psutil.Process]:
     """`up`'s broker and aggregation agent."""
-    found = psutil.Process(system.proc.pid).children(recursive=True)
-    brokers = [c for c in found if "kafka.Kafka" in c.cmdline()]
-    agents = [c for c in found if "launcher.agentprocess" in c.cmdline()]
-    assert len(brokers) == 1 and len(agents) == 1, [c.cmdline() for c in found]
+    brokers, agents = system.children("kafka.Kafka"), system.children("launcher.agentprocess")
+    assert len(brokers) == 1 and len(agents) == 1, (brokers, agents)
     return brokers[0], agents[0]
 
 
