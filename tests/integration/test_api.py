@@ -309,6 +309,12 @@ async def test_two_frontends_share_one_pipeline(start, make_settings) -> None:  
         events = await watcher
         assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
             ("ADDED", "shared"), ("DELETED", "shared")]
+        # and once the first frontend's cache is current, so that its writer
+        # could be answered before the transaction's markers are written
+        for i in range(20):
+            created = await create(a, f"next{i}")
+            got = await b.get(f"{PATH}/next{i}")
+            assert got.status_code == 200 and got.json() == created, i
 
 
 async def test_discovery_legacy_and_aggregated(api: httpx.AsyncClient) -> None:
