@@ -3,8 +3,9 @@ of the log in the same process (the materializer, the frontend's cache).
 
 A reader would otherwise parse each record's JSON again, though the committer
 decided the very object it holds: about 60 us of the interpreter per reader
-for a 7-KB report, one and a half percent of a write's time in `up`. A reader asks here first, by the
-record's offset, and takes the committer's change only when the record holds
+for a 7-KB report, one and a half percent of a write's time in `up`. A
+reader asks here first, by the record's offset, and takes the committer's
+change only when the record holds
 the same bytes the committer sent (so a recreated topic, or a record another
 process wrote, is parsed as before).
 
