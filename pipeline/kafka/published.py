@@ -5,9 +5,8 @@ A reader would otherwise parse each record's JSON again, though the committer
 decided the very object it holds: about 60 us of the interpreter per reader
 for a 7-KB report, one and a half percent of a write's time in `up`. A
 reader asks here first, by the record's offset, and takes the committer's
-change only when the record holds
-the same bytes the committer sent (so a recreated topic, or a record another
-process wrote, is parsed as before).
+change only when the record holds the same bytes the committer sent (so a
+recreated topic, or a record another process wrote, is parsed as before).
 
 An entry is kept until every reader has read past it, and the newest
 ``MOST_KEPT`` at most: a reader that stopped reading (a materializer that no
