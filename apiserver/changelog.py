@@ -26,7 +26,7 @@ from sortedcontainers import SortedDict
 from apiserver.errors import Unavailable
 from pipeline.clickhouse.store import ReportStore
 from pipeline.kafka import client as kafka
-from pipeline.kafka.published import Published
+from pipeline.kafka.published import Published, reader_of
 from pipeline.model.messages import Change
 from pipeline.model.objects import identity
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
@@ -111,7 +111,7 @@ class ChangeLog:
         self._store = store
         self._bootstrap = bootstrap
         #: the changes this process's committer published: not parsed again
-        self._changes = (published if published is not None else Published()).reader()
+        self._changes = reader_of(published)
         self._tp = TopicPartition(settings.changes_topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
         #: Asks for the log's end on a connection of its own: the broker

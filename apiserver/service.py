@@ -261,7 +261,7 @@ class ReportService:
             await self.changelog.wait_for(reply.resource_version)
             return reply.obj
         finally:
-            metrics.labelled(metrics.WRITE_STAGE_SECONDS, "visible").observe(
+            metrics.stage("visible").observe(
                 time.perf_counter() - replied)
 
     async def create(self, rtype: ResourceType, namespace: str, obj: JSON, *,

@@ -30,10 +30,6 @@ log = logging.getLogger(__name__)
 HandOver = Callable[[WriteRequest], "asyncio.Future[Reply] | None"]
 
 
-def _stage(stage: str) -> Any:
-    return metrics.labelled(metrics.WRITE_STAGE_SECONDS, stage)
-
-
 class Writer:
     def __init__(self, settings: Settings, *, bootstrap: str, local: HandOver | None = None):
         self._settings = settings
@@ -119,8 +115,8 @@ class Writer:
         except (TimeoutError, OutcomeUnknown) as err:
             raise Timeout("the write was not confirmed in time; its outcome is unknown",
                           retry_after=1) from err
-        _stage("produce").observe(0.0)  # nothing to publish
-        _stage("commit").observe(time.perf_counter() - started)
+        metrics.stage("produce").observe(0.0)  # nothing to publish
+        metrics.stage("commit").observe(time.perf_counter() - started)
         return reply
 
     async def _publish(self, req: WriteRequest) -> Reply:
@@ -143,8 +139,8 @@ class Writer:
             except TimeoutError as err:
                 raise Timeout("the write was not confirmed in time; its outcome is unknown",
                               retry_after=1) from err
-            _stage("produce").observe(produced - started)
-            _stage("commit").observe(time.perf_counter() - produced)
+            metrics.stage("produce").observe(produced - started)
+            metrics.stage("commit").observe(time.perf_counter() - produced)
         finally:
             self._pending.pop(req.id, None)
         return reply

@@ -403,8 +403,7 @@ def _observe(arrived: list[float], taken: float, decide: float, publish: float) 
     from its publication or hand-over, ``arrived``, until ``taken``)."""
     metrics.labelled(metrics.COMMITTER_TRANSACTION_SECONDS, "decide").observe(decide)
     metrics.labelled(metrics.COMMITTER_TRANSACTION_SECONDS, "publish").observe(publish)
-    queue, deciding, transaction = (metrics.labelled(metrics.WRITE_STAGE_SECONDS, stage)
-                                    for stage in ("queue", "decide", "transaction"))
+    queue, deciding, transaction = map(metrics.stage, ("queue", "decide", "transaction"))
     for at in arrived:
         queue.observe(max(0.0, taken - at))
         deciding.observe(decide)

@@ -78,6 +78,12 @@ class Published:
         return len(self._offsets)
 
 
+def reader_of(published: Published | None) -> Reader:
+    """A reader of ``published``; of an empty hand-over of its own when there
+    is none (a process without a committer: every record is parsed)."""
+    return (published if published is not None else Published()).reader()
+
+
 class Reader:
     def __init__(self, published: Published):
         self._published = published

@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 
 from pipeline.clickhouse.store import ReportStore, StoreError
 from pipeline.kafka import client as kafka
-from pipeline.kafka.published import Published, Reader
+from pipeline.kafka.published import Published, Reader, reader_of
 from pipeline.model.messages import Change
 from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
@@ -51,7 +51,7 @@ class Materializer:
         self._store = store
         self._bootstrap = bootstrap
         #: the changes this process's committer published: not parsed again
-        self._changes = (published if published is not None else Published()).reader()
+        self._changes = reader_of(published)
         self._tp = TopicPartition(settings.changes_topic, 0)
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None

@@ -98,6 +98,11 @@ def labelled(metric: Any, *values: str) -> Any:
     return metric.labels(*values)
 
 
+def stage(name: str) -> Any:
+    """The ``WRITE_STAGE_SECONDS`` series of one stage of a write."""
+    return labelled(WRITE_STAGE_SECONDS, name)
+
+
 async def watch_event_loop(period: float = 0.25) -> None:
     """Sample the event loop's lag into ``EVENT_LOOP_LAG`` until cancelled."""
     while True:
