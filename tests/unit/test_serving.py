@@ -1,0 +1,34 @@
+"""A serving process's runtime: uvloop, the collector's thresholds and the
+interpreter's switch interval, set before the process's main coroutine runs."""
+
+import gc
+import sys
+
+import pytest
+import uvloop
+
+from launcher.serving import GC_THRESHOLDS, SWITCH_INTERVAL_S, serve
+
+
+@pytest.fixture
+def restored():
+    thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
+    yield
+    gc.set_threshold(*thresholds)
+    sys.setswitchinterval(interval)
+
+
+def test_serve_runs_main_on_uvloop_with_the_serving_settings(restored):
+    seen = {}
+
+    async def main() -> None:
+        import asyncio
+        seen["loop"] = type(asyncio.get_running_loop())
+        seen["thresholds"] = gc.get_threshold()
+        seen["interval"] = sys.getswitchinterval()
+
+    serve(main())
+    assert seen["loop"] is uvloop.Loop
+    assert seen["thresholds"] == GC_THRESHOLDS
+    assert seen["interval"] == pytest.approx(SWITCH_INTERVAL_S)
+    assert SWITCH_INTERVAL_S < 0.005  # shorter than CPython's default
