@@ -100,6 +100,9 @@ class CommitService:
         #: where the changes this committer publishes go for readers in this process
         self._published = published
         self._tp = TopicPartition(settings.requests_topic, 0)
+        self._changes = TopicPartition(settings.changes_topic, PARTITION)
+        #: set when the producer's transaction has the change log's partition
+        self._added = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()  # one batch at a time; a rebalance waits for it
@@ -198,6 +201,7 @@ class CommitService:
             max_batch_size=kafka.MAX_BATCH_BYTES,
             max_request_size=kafka.MAX_REQUEST_BYTES, compression_type=kafka.COMPRESSION)
         await producer.start()
+        self._hook(producer)
         try:
             # The producer id and epoch (InitProducerId): this is the fencing step.
             await producer._txn_manager.wait_for_pid()
@@ -302,17 +306,22 @@ class CommitService:
         requests.extend(x.request for x in local)
         if not requests and not records:
             return
-        metrics.COMMITTER_BATCH.observe(len(requests))
         highwater = self._consumer.highwater(self._tp) if self._consumer else None
         if highwater is not None and records:
             metrics.CONSUMER_LAG.labels("committer").set(
                 max(0, highwater - records[-1].offset - 1))
-        taken = time.time()
         committing = False
         try:
+            await self._begin()
+            # handed over while the partition was added: they join this batch
+            joined = self._take_local(MAX_BATCH - len(requests))
+            local.extend(joined)
+            requests.extend(x.request for x in joined)
+            taken = time.time()
             decided = time.perf_counter()
             decisions = await self._committer.decide_batch(requests)
             published = time.perf_counter()
+            metrics.COMMITTER_BATCH.observe(len(requests))
             committing = True
             await self.publish(requests, decisions, replied=replied,
                                next_offset=records[-1].offset + 1 if records else None)
@@ -326,11 +335,52 @@ class CommitService:
                 await self._rewind(records[0].offset)
             unknown = committing and not isinstance(err, Fenced | asyncio.CancelledError)
             self._give_back(local, OutcomeUnknown if unknown else NotDecided)
+            if not committing:
+                await self._drop_producer()  # its transaction is aborted by the next producer
             raise
         for x, d in zip(local, decisions[replied:], strict=True):
             if not x.answer.done():
                 x.answer.set_result(d.reply)
         await self._committer.trim()
+
+    def _hook(self, producer: AIOKafkaProducer) -> None:
+        """Learn when ``producer``'s transaction has the change log's partition
+        (aiokafka tells no one: its transaction manager is told, here)."""
+        manager = producer._txn_manager
+        added = manager.partition_added
+
+        def partition_added(tp: TopicPartition) -> None:
+            added(tp)
+            if tp == self._changes:
+                self._added.set()
+        manager.partition_added = partition_added
+
+    async def _begin(self) -> None:
+        """Begin the batch's transaction and wait until the change log's
+        partition is in it. That step (AddPartitionsToTxn) is the first of a
+        transaction's three round trips, and the longest: the coordinator
+        refuses it until the transaction before has its markers written. The
+        batch is taken, decided and sent after it, so a request handed over
+        meanwhile joins this transaction instead of waiting for the next.
+        Raises Fenced if the producer failed (another committer took over)."""
+        producer = self._producer
+        assert producer is not None
+        await producer.begin_transaction()
+        self._added.clear()
+        producer._txn_manager.maybe_add_partition_to_txn(self._changes)
+        added = asyncio.ensure_future(self._added.wait())
+        sender = producer._sender.sender_task
+        try:
+            async with asyncio.timeout(self._settings.write_timeout):
+                await asyncio.wait((added, sender), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            added.cancel()
+        if not self._added.is_set():
+            failed = sender.exception() if sender.done() and not sender.cancelled() else None
+            if isinstance(failed, ProducerFenced):
+                self.fenced += 1
+                raise Fenced(str(failed)) from failed
+            raise KafkaError(f"the committer's transaction could not begin: {failed!r}")
 
     async def publish(self, requests: list[WriteRequest], decisions: list[Decision], *,
                       next_offset: int | None, replied: int | None = None) -> None:
@@ -346,7 +396,8 @@ class CommitService:
         sent: list[asyncio.Future[Any]] = []
         changes: list[tuple[bytes, Change]] = []
         try:
-            await producer.begin_transaction()
+            if not producer._txn_manager.is_in_transaction():
+                await producer.begin_transaction()
             for d in decisions:
                 if d.change is not None:
                     raw = d.change.encode()

@@ -67,7 +67,8 @@ COMMITTER_TRANSACTION_SECONDS = Histogram(
 WRITE_STAGE_SECONDS = Histogram(
     "reports_write_stage_seconds", "Where a write's time goes, by stage, one sample per"
     " write: produce (the frontend publishing the request), queue (from the request's send"
-    " until the committer takes it: mostly the transaction in flight), decide and transaction (the"
+    " until the committer takes it: mostly the transaction in flight, then the next one's"
+    " AddPartitionsToTxn, which it joins), decide and transaction (the"
     " committer's batch that carried it), commit (from the request's publication to its"
     " reply at the frontend: queue, decide, transaction and the reply's delivery), visible"
     " (from the reply until the frontend's change-log cache holds the change).", ["stage"],
