@@ -312,8 +312,9 @@ class CommitService:
                 max(0, highwater - records[-1].offset - 1))
         committing = False
         try:
-            await self._begin()
-            # handed over while the partition was added: they join this batch
+            # with the partitions of the replies to requests from the topic
+            await self._begin({TopicPartition(r.reply_to, PARTITION) for r in requests[:replied]})
+            # handed over while the partitions were added: they join this batch
             joined = self._take_local(MAX_BATCH - len(requests))
             local.extend(joined)
             requests.extend(x.request for x in joined)
@@ -355,19 +356,22 @@ class CommitService:
                 self._added.set()
         manager.partition_added = partition_added
 
-    async def _begin(self) -> None:
+    async def _begin(self, replies: set[TopicPartition]) -> None:
         """Begin the batch's transaction and wait until the change log's
-        partition is in it. That step (AddPartitionsToTxn) is the first of a
-        transaction's three round trips, and the longest: the coordinator
-        refuses it until the transaction before has its markers written. The
-        batch is taken, decided and sent after it, so a request handed over
-        meanwhile joins this transaction instead of waiting for the next.
-        Raises Fenced if the producer failed (another committer took over)."""
+        partition is in it, with the ``replies`` partitions (in the same
+        request: added later, they would take a round trip of their own).
+        That step (AddPartitionsToTxn) is the first of a transaction's three
+        round trips, and the longest: the coordinator refuses it until the
+        transaction before has its markers written. The batch is taken,
+        decided and sent after it, so a request handed over meanwhile joins
+        this transaction instead of waiting for the next. Raises Fenced if
+        the producer failed (another committer took over)."""
         producer = self._producer
         assert producer is not None
         await producer.begin_transaction()
         self._added.clear()
-        producer._txn_manager.maybe_add_partition_to_txn(self._changes)
+        for tp in (self._changes, *replies):
+            producer._txn_manager.maybe_add_partition_to_txn(tp)
         added = asyncio.ensure_future(self._added.wait())
         sender = producer._sender.sender_task
         try:
