@@ -159,6 +159,7 @@ class CommitService:
         return answer
 
     def _take_local(self, most: int) -> list[_Local]:
+        most = max(0, most)  # a batch already full takes none
         taken, self._local = self._local[:most], self._local[most:]
         if not self._local:
             self._arrived.clear()
