@@ -1,6 +1,7 @@
 """A serving process's runtime: uvloop, the collector's thresholds and the
 interpreter's switch interval, set before the process's main coroutine runs."""
 
+import asyncio
 import gc
 import sys
 
@@ -22,7 +23,6 @@ def test_serve_runs_main_on_uvloop_with_the_serving_settings(restored):
     seen = {}
 
     async def main() -> None:
-        import asyncio
         seen["loop"] = type(asyncio.get_running_loop())
         seen["thresholds"] = gc.get_threshold()
         seen["interval"] = sys.getswitchinterval()
