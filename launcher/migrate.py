@@ -271,7 +271,7 @@ async def _wait(cluster: Api, names: Sequence[str], *, local: bool, timeout: flo
             try:
                 found = await cluster.call("GET", f"{APISERVICES}/{name}")
                 is_local = not (found.get("spec") or {}).get("service")
-                if is_local == local and available(found):
+                if is_local == local and available(found) and await _answered(cluster, name):
                     break
             except Refused as err:
                 if err.status != 404:
@@ -281,6 +281,18 @@ async def _wait(cluster: Api, names: Sequence[str], *, local: bool, timeout: flo
                 raise MigrationError(f"APIService {name} is not Available from {side}"
                                      f" within {timeout:g} s")
             await asyncio.sleep(0.5)
+
+
+async def _answered(cluster: Api, name: str) -> bool:
+    """Whether kube-apiserver answers the group version of APIService
+    ``name``. Its proxy learns the Available condition from an informer of
+    its own, a moment after the condition shows; until then it answers 503."""
+    version, group = name.split(".", 1)
+    try:
+        await cluster.call("GET", f"/apis/{group}/{version}")
+    except Refused:
+        return False
+    return True
 
 
 def read_apiservices(text: str) -> list[JSON]:

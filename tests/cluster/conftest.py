@@ -261,9 +261,19 @@ class System:
                 return False
         return True
 
+    def proxied(self) -> bool:
+        """Whether kube-apiserver proxies every group version to the frontend.
+        Its proxy learns an APIService's Available condition from an informer
+        of its own, a moment after the condition shows: a request in between
+        is refused with 503."""
+        return all(self.cluster.kubectl.run(
+            "get", "--raw", "/apis/" + "/".join(reversed(name.split(".", 1))),
+            check=False).returncode == 0 for name in GROUP_VERSIONS)
+
     def wait_available(self, timeout: float = 60) -> float:
         started = time.monotonic()
-        wait_until(self.available, "every APIService Available", timeout=timeout,
+        wait_until(lambda: self.available() and self.proxied(),
+                   "every APIService Available and proxied", timeout=timeout,
                    every=0.25, alive=[self.process] if self.process else [])
         return time.monotonic() - started
 

@@ -226,23 +226,37 @@ def test_sigterm_with_watches_open_through_the_aggregator(system: System) -> Non
     stops: no INTERNAL_ERROR at the client, no traceback, within 2 s."""
     kubectl = system.cluster.kubectl
     watch = kubectl.popen("get", "polr", "-A", "--watch", "--output-watch-events")
+    assert watch.stdout is not None and watch.stderr is not None
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(watch.stdout or ()), daemon=True)
     reader.start()
-    kubectl.run("create", "namespace", "watched", check=False)
-    kubectl.apply(report(RESOURCES[0], "seen", "watched"))
-    assert system.process is not None
-    wait_until(lambda: any("seen" in line for line in lines), "the watch saw the report",
-               timeout=30, every=0.05)
-    started = time.monotonic()
-    os.killpg(system.process.proc.pid, signal.SIGTERM)
-    code = watch.wait(timeout=30)
-    ended = time.monotonic() - started
-    reader.join(timeout=10)
-    assert watch.stdout is not None and watch.stderr is not None
-    err = watch.stderr.read()
-    watch.stdout.close()
-    watch.stderr.close()
+    try:
+        kubectl.run("create", "namespace", "watched", check=False)
+        kubectl.apply(report(RESOURCES[0], "seen", "watched"))
+        assert system.process is not None
+
+        def seen() -> bool:
+            if any("seen" in line for line in lines):
+                return True
+            if watch.poll() is not None and not reader.is_alive():
+                raise AssertionError(f"the watch ended ({watch.returncode}) before the report:"
+                                     f" {watch.stderr.read() if watch.stderr else ''}")
+            return False
+
+        wait_until(seen, "the watch saw the report", timeout=30, every=0.05)
+        started = time.monotonic()
+        os.killpg(system.process.proc.pid, signal.SIGTERM)
+        code = watch.wait(timeout=30)
+        ended = time.monotonic() - started
+        reader.join(timeout=10)
+        err = watch.stderr.read()
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait(timeout=10)
+        reader.join(timeout=10)
+        watch.stdout.close()
+        watch.stderr.close()
     assert system.stop() == 0
     assert code == 0, err
     assert "INTERNAL_ERROR" not in err and "stream error" not in err, err
