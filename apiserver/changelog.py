@@ -128,7 +128,8 @@ class ChangeLog:
         self._history = 0  # the cache holds every change after this
         self._watermark = 0  # last known ClickHouse watermark
         self._refreshing: asyncio.Future[int] | None = None
-        self._advanced = asyncio.Condition()
+        #: readers waiting for the cache to advance, with what they wait for
+        self._waiting: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self._subscribers: set[Subscription] = set()
         self._closing = False
@@ -193,8 +194,37 @@ class ChangeLog:
                 for sub in self._subscribers:
                     sub.offer(event)
             self._position = position
-            async with self._advanced:
-                self._advanced.notify_all()
+            self._advance()
+
+    def _advance(self) -> None:
+        """Wake the readers whose wait is over, each at once (a condition's
+        every waiter would take its lock in turn, one turn of the loop each,
+        to find out)."""
+        if not self._waiting:
+            return
+        waiting = []
+        for done, fut in self._waiting:
+            if fut.done():
+                continue
+            if done():
+                fut.set_result(None)
+            else:
+                waiting.append((done, fut))
+        self._waiting = waiting
+
+    async def _until(self, done: Callable[[], bool], timeout: float, message: str) -> None:
+        """Until ``done`` holds of the cache; Unavailable after ``timeout``."""
+        if done():
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((done, fut))
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+        except TimeoutError as err:
+            raise Unavailable(message, retry_after=1) from err
+        finally:
+            fut.cancel()  # dropped at the next advance
 
     def _append(self, event: Event) -> None:
         self._events.append(event)
@@ -211,12 +241,7 @@ class ChangeLog:
     async def wait_for(self, rv: int, timeout: float | None = None) -> None:
         """Wait until the change with resourceVersion ``rv`` has been read."""
         timeout = self._settings.write_timeout if timeout is None else timeout
-        try:
-            async with asyncio.timeout(timeout):
-                async with self._advanced:
-                    await self._advanced.wait_for(lambda: self._rv >= rv)
-        except TimeoutError as err:
-            raise Unavailable("the change log is behind; retry", retry_after=1) from err
+        await self._until(lambda: self._rv >= rv, timeout, "the change log is behind; retry")
 
     async def committed(self, key: Key, rv: int) -> Cached:
         """The change of ``key`` at resourceVersion ``rv``, once read: what a
@@ -241,12 +266,8 @@ class ChangeLog:
             end = (await self._offsets.end_offsets([self._tp]))[self._tp]
         except KafkaError as err:
             raise Unavailable("Kafka is unavailable", retry_after=1) from err
-        try:
-            async with asyncio.timeout(self._settings.write_timeout):
-                async with self._advanced:
-                    await self._advanced.wait_for(lambda: self._position >= end)
-        except TimeoutError as err:
-            raise Unavailable("the change log is behind; retry", retry_after=1) from err
+        await self._until(lambda: self._position >= end, self._settings.write_timeout,
+                          "the change log is behind; retry")
         if settle:
             await self.settled()
 
