@@ -194,6 +194,12 @@ def apiservice_name(group: str, version: str) -> str:
     return f"{version}.{group}"
 
 
+def discovery_path(apiservice: str) -> str:
+    """Where kube-apiserver serves the group version of APIService ``apiservice``."""
+    version, group = apiservice.split(".", 1)
+    return f"/apis/{group}/{version}"
+
+
 # -- which side serves a group -------------------------------------------------
 
 async def served_by(cluster: Api, group: str, version: str) -> str | None:
@@ -287,9 +293,8 @@ async def _answered(cluster: Api, name: str) -> bool:
     """Whether kube-apiserver answers the group version of APIService
     ``name``. Its proxy learns the Available condition from an informer of
     its own, a moment after the condition shows; until then it answers 503."""
-    version, group = name.split(".", 1)
     try:
-        await cluster.call("GET", f"/apis/{group}/{version}")
+        await cluster.call("GET", discovery_path(name))
     except Refused:
         return False
     return True

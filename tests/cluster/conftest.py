@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from launcher.migrate import discovery_path
 from tests.cluster import binaries
 from tests.cluster.controlplane import (
     NODE_ADDRESS,
@@ -266,9 +267,9 @@ class System:
         Its proxy learns an APIService's Available condition from an informer
         of its own, a moment after the condition shows: a request in between
         is refused with 503."""
-        return all(self.cluster.kubectl.run(
-            "get", "--raw", "/apis/" + "/".join(reversed(name.split(".", 1))),
-            check=False).returncode == 0 for name in GROUP_VERSIONS)
+        return all(self.cluster.kubectl.run("get", "--raw", discovery_path(name),
+                                            check=False).returncode == 0
+                   for name in GROUP_VERSIONS)
 
     def wait_available(self, timeout: float = 60) -> float:
         started = time.monotonic()

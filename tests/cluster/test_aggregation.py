@@ -248,7 +248,6 @@ def test_sigterm_with_watches_open_through_the_aggregator(system: System) -> Non
         os.killpg(system.process.proc.pid, signal.SIGTERM)
         code = watch.wait(timeout=30)
         ended = time.monotonic() - started
-        reader.join(timeout=10)
         err = watch.stderr.read()
     finally:
         if watch.poll() is None:

@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from launcher.migrate import MigrationError, read_apiservices
+from launcher.migrate import MigrationError, apiservice_name, discovery_path, read_apiservices
 from launcher.migration import (
     COPIED,
     FAILED,
@@ -137,3 +137,9 @@ def test_the_switch_takes_the_charts_three_apiservices_and_nothing_else() -> Non
     with pytest.raises(MigrationError, match="names no service"):
         read_apiservices(yaml.safe_dump_all([*three[:2], apiservice("openreports.io",
                                                                      "v1alpha1", False)]))
+
+
+def test_an_apiservices_group_version_is_served_at_its_discovery_path() -> None:
+    assert discovery_path(apiservice_name("wgpolicyk8s.io", "v1alpha2")) == (
+        "/apis/wgpolicyk8s.io/v1alpha2")
+    assert discovery_path("v1.reports.kyverno.io") == "/apis/reports.kyverno.io/v1"
