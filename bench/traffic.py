@@ -213,7 +213,6 @@ async def closed_loop(driver: Driver, pool: list[Resource], *, concurrency: int,
     idle: asyncio.Queue[Resource] = asyncio.Queue()
     for res in pool:
         idle.put_nowait(res)
-    deadline = float("inf")
 
     async def client() -> None:
         while time.perf_counter() < deadline:
@@ -229,8 +228,7 @@ async def closed_loop(driver: Driver, pool: list[Resource], *, concurrency: int,
 
     with collector_aside():
         started = time.perf_counter()
-        if duration is not None:
-            deadline = started + duration
+        deadline = started + duration if duration is not None else float("inf")
         await asyncio.gather(*(client() for _ in range(concurrency)))
         run.seconds = time.perf_counter() - started
     return run
