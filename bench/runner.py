@@ -270,7 +270,10 @@ async def _other(api: sidebyside.Api, kubeconfig: Path, options: Options, mix: M
                 return None
             progress(f"{api.name}: sustained mixed traffic, {n} clients,"
                      f" {soak_minutes:g} min")
-            return await closed_loop(driver, pool, concurrency=n, duration=soak_minutes * 60)
+            run = await closed_loop(driver, pool, concurrency=n, duration=soak_minutes * 60)
+            progress(f"{api.name}: writes/s each minute at {n} clients: "
+                     + " ".join(f"{rate:.0f}" for rate in run.per_minute()))
+            return run
 
         return await sidebyside.measure(
             api, client, driver, pool=pool, listed=listed, clients=clients,

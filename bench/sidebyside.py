@@ -234,8 +234,11 @@ async def measure(api: Api, client: Client, driver: Driver, *, pool: list[Resour
             out.runs[f"sustained@{n}"] = sustained
             done = sustained.writes()
             p99 = percentile(done, 99) * 1000
+            minutes = sustained.per_minute()
+            each = (f", each minute {min(minutes):.0f}-{max(minutes):.0f} writes/s"
+                    if len(minutes) > 1 else "")
             out.set(f"sustained@{n}", len(done) / sustained.seconds,
-                    f"{sustained.seconds / 60:.1f} min, write p99 {p99:.0f} ms")
+                    f"{sustained.seconds / 60:.1f} min, write p99 {p99:.0f} ms{each}")
             gets = sustained.latencies.get("get", [])
             out.set(f"sustained_write_p99@{n}", p99, f"{len(done)} writes")
             out.set(f"sustained_get_p99@{n}", percentile(gets, 99) * 1000, f"{len(gets)} GETs")

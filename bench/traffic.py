@@ -6,6 +6,7 @@ each request's scheduled start so a slow system cannot hide its queueing)."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import gc
 import random
@@ -55,6 +56,8 @@ class Run:
     write_latencies: list[float] = field(default_factory=list)
     #: when each error happened (perf_counter), in order
     failed: list[float] = field(default_factory=list)
+    #: when the loop started (perf_counter)
+    started: float = 0.0
 
     def record(self, kind: str, seconds: float) -> None:
         self.latencies.setdefault(kind, []).append(seconds)
@@ -70,6 +73,18 @@ class Run:
         """Writes/s between the ``first``-th and ``last``-th completed write."""
         done = sorted(self.completed)[first:last]
         return (len(done) - 1) / (done[-1] - done[0]) if len(done) > 1 else float("nan")
+
+    def per_minute(self) -> list[float]:
+        """Writes/s in each whole minute from the loop's start (a last minute
+        shorter than half of one is left out)."""
+        out, done = [], sorted(self.completed)
+        start, end = self.started, self.started + self.seconds
+        while end - start >= 30:
+            span = min(60.0, end - start)
+            out.append((bisect.bisect_left(done, start + span) - bisect.bisect_left(done, start))
+                       / span)
+            start += span
+        return out
 
     def writes(self) -> list[float]:
         return [x for k in WRITES for x in self.latencies.get(k, [])]
@@ -227,7 +242,7 @@ async def closed_loop(driver: Driver, pool: list[Resource], *, concurrency: int,
                 idle.put_nowait(res)
 
     with collector_aside():
-        started = time.perf_counter()
+        run.started = started = time.perf_counter()
         deadline = started + duration if duration is not None else float("inf")
         await asyncio.gather(*(client() for _ in range(concurrency)))
         run.seconds = time.perf_counter() - started

@@ -63,3 +63,17 @@ async def test_a_phase_that_fails_thaws_too() -> None:
         await closed_loop(Recording(fail=True), POOL, concurrency=1,  # type: ignore[arg-type]
                           duration=5)
     assert gc.get_freeze_count() == before
+
+
+def test_writes_per_minute_count_each_minute_from_the_start() -> None:
+    run = Run(started=1000.0, seconds=150.0)
+    # 120 writes in the first minute, 60 in the second, 45 in the last 30 s
+    run.completed = ([1000 + i * 0.5 for i in range(120)] + [1060 + i for i in range(60)]
+                     + [1120 + i * 30 / 45 for i in range(45)])
+    assert run.per_minute() == [2.0, 1.0, 1.5]
+
+
+def test_a_last_minute_shorter_than_half_of_one_is_left_out() -> None:
+    run = Run(started=0.0, seconds=89.0)
+    run.completed = [float(i) for i in range(89)]
+    assert run.per_minute() == [1.0]
