@@ -77,10 +77,10 @@ class Run:
     def per_minute(self) -> list[float]:
         """Writes/s in each whole minute from the loop's start (a last minute
         shorter than half of one is left out)."""
-        out, done = [], sorted(self.completed)
+        minute, done, out = 60.0, self.completed, []
         start, end = self.started, self.started + self.seconds
-        while end - start >= 30:
-            span = min(60.0, end - start)
+        while end - start >= minute / 2:
+            span = min(minute, end - start)
             out.append((bisect.bisect_left(done, start + span) - bisect.bisect_left(done, start))
                        / span)
             start += span
@@ -267,7 +267,7 @@ async def open_loop(driver: Driver, pool: list[Resource], *, rate: float, durati
             idle.put_nowait(res)
 
     with collector_aside():
-        started = time.perf_counter()
+        run.started = started = time.perf_counter()
         for i in range(int(rate * duration)):
             scheduled = started + i / rate
             delay = scheduled - time.perf_counter()

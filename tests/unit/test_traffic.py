@@ -1,6 +1,7 @@
 """The bench's loops keep the client's own collector out of the measured
 phase: what the bench built before it is frozen for the phase's duration,
-and given back after it, however the phase ends."""
+and given back after it, however the phase ends. A run counts its writes
+minute by minute from its loop's start."""
 
 from __future__ import annotations
 
