@@ -340,7 +340,8 @@ async def _this_system(system: RunningSystem, options: Options, report: Report, 
                 soak.figures(report, phase, note=f"{options.soak_minutes:g} min of mix {mix},"
                              f" {n} clients, {reads:.0f} reads/s alongside",
                              full_after=(WINDOWS_KEPT + 1) * window + soak.MINUTE)
-                progress("soak per minute:\n" + soak.table(phase.minutes()))
+            # every phase's: whether the pace holds, and what grows if it does not
+            progress(f"soak per minute, {n} clients:\n" + soak.table(phase.minutes()))
             return phase.run
 
         ours = await sidebyside.measure(

@@ -1,9 +1,9 @@
 """The sustained ("soak") phase of ``reports-pipeline bench``: the bench's mixed
 workload, closed-loop, for minutes. Per wall-clock minute from the phase's start
-it keeps the writes, their latency, the errors and the resident memory of the
-system and of its broker; per 15-second window the throughput, to see stalls.
-The figures ask whether the system keeps its pace and whether its memory stays
-flat once warm."""
+it keeps the writes, their latency, the errors, and the resident memory and
+the CPU per write of the system and of its broker; per 15-second window the
+throughput, to see stalls. The figures ask whether the system keeps its pace
+and whether its memory stays flat once warm."""
 
 from __future__ import annotations
 
@@ -37,13 +37,17 @@ class Sample:
     at: float  #: seconds since the phase started
     system: int  #: RSS of ``up`` (bytes)
     broker: int  #: RSS of its child processes, summed (bytes)
+    #: CPU seconds (user and system) so far of ``up`` with its other children,
+    #: and of the broker; NaN where unknown
+    system_cpu: float = float("nan")
+    broker_cpu: float = float("nan")
 
 
 class RssSampler:
-    """The resident memory of a process and of its children, sampled from a
-    thread every ``interval`` seconds, and once more at the start and at the
-    end: the embedded broker (a JVM) apart, the system's other processes
-    (the aggregation agent's) with the system's."""
+    """The resident memory and the CPU time of a process and of its children,
+    sampled from a thread every ``interval`` seconds, and once more at the
+    start and at the end: the embedded broker (a JVM) apart, the system's
+    other processes (the aggregation agent's) with the system's."""
 
     def __init__(self, pid: int, started: float, interval: float = 2.0):
         self._process = psutil.Process(pid)
@@ -56,17 +60,21 @@ class RssSampler:
     def sample(self) -> None:
         try:
             system = self._process.memory_info().rss
+            system_cpu = _cpu(self._process)
             children = self._process.children(recursive=True)
         except psutil.Error:
             return
-        broker = 0
+        broker, broker_cpu = 0, 0.0
         for child in children:
             with contextlib.suppress(psutil.Error):
                 if child.name() == "java":
                     broker += child.memory_info().rss
+                    broker_cpu += _cpu(child)
                 else:
                     system += child.memory_info().rss
-        self.samples.append(Sample(time.perf_counter() - self._started, system, broker))
+                    system_cpu += _cpu(child)
+        self.samples.append(Sample(time.perf_counter() - self._started, system, broker,
+                                   system_cpu, broker_cpu))
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -81,6 +89,11 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         self.sample()
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,10 @@ class Minute:
     #: memory grows
     clickhouse_mb: float = float("nan")
     python_kblocks: float = float("nan")
+    #: CPU milliseconds per write in the minute: ``up`` with the agent, and
+    #: the broker (what grows when the pace falls)
+    system_cpu_ms: float = float("nan")
+    broker_cpu_ms: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -160,6 +177,26 @@ class Soak:
         return Sample(end, int(statistics.median(s.system for s in inside)),
                       int(statistics.median(s.broker for s in inside)))
 
+    def cpu_per_write(self, start: float, end: float) -> tuple[float, float]:
+        """CPU milliseconds per write of the system and of the broker from the
+        last sample at or before ``start`` (the first after it when there is
+        none: the first sample comes just after the phase starts) to the
+        first at or after ``end`` (the last before it when there is none),
+        over the writes between those two samples; NaN when no two samples
+        span part of the minute or no write came between them."""
+        nan = float("nan"), float("nan")
+        times = [s.at for s in self.samples]
+        before = max(bisect.bisect_right(times, start) - 1, 0)
+        after = min(bisect.bisect_left(times, end), len(times) - 1)
+        if after <= before or times[before] >= end or times[after] <= start:
+            return nan
+        first, last = self.samples[before], self.samples[after]
+        writes = self.writes(first.at, last.at)
+        if not writes:
+            return nan
+        return ((last.system_cpu - first.system_cpu) / writes * 1000,
+                (last.broker_cpu - first.broker_cpu) / writes * 1000)
+
     def minutes(self) -> list[Minute]:
         rows = []
         spans = self.spans(MINUTE)
@@ -167,6 +204,7 @@ class Soak:
             latencies = self.run.write_latencies[self._index(start):self._index(end)]
             rss = self.rss_between(start, end)
             scraped = [sc for sc in self.scrapes if start <= sc.at <= end]
+            system_cpu, broker_cpu = self.cpu_per_write(start, end)
             rows.append(Minute(
                 i + 1, end - start, len(latencies), self.rate(start, end),
                 percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
@@ -174,7 +212,7 @@ class Soak:
                 rss.system / MB, rss.broker / MB, _most([sc.lag for sc in scraped]),
                 _most([sc.aggregate_lag for sc in scraped]),
                 _median([sc.clickhouse_mb for sc in scraped]),
-                _median([sc.python_kblocks for sc in scraped])))
+                _median([sc.python_kblocks for sc in scraped]), system_cpu, broker_cpu))
         return rows
 
     def windows(self) -> list[float]:
@@ -334,7 +372,8 @@ def _memory_figures(report: Report, soak: Soak, start: float, label: str) -> Non
 
 def table(rows: list[Minute]) -> str:
     header = ("MINUTE", "WRITES/S", "P50 MS", "P99 MS", "ERRORS", "SYSTEM RSS MB",
-              "BROKER RSS MB", "CH LAG", "AGG LAG", "CH MEM MB", "PY BLOCKS K")
+              "BROKER RSS MB", "CH LAG", "AGG LAG", "CH MEM MB", "PY BLOCKS K",
+              "SYSTEM CPU MS/W", "BROKER CPU MS/W")
     lines: list[tuple[Any, ...]] = [header]
     for r in rows:
         minute = f"{r.minute}" if r.seconds >= MINUTE - 1e-6 else f"{r.minute} ({r.seconds:.0f} s)"
@@ -342,7 +381,9 @@ def table(rows: list[Minute]) -> str:
                       str(r.errors), f"{r.system_rss_mb:.0f}", f"{r.broker_rss_mb:.0f}",
                       *("-" if math.isnan(v) else f"{v:.0f}"
                         for v in (r.clickhouse_lag, r.aggregate_lag, r.clickhouse_mb,
-                                  r.python_kblocks))))
+                                  r.python_kblocks)),
+                      *("-" if math.isnan(v) else f"{v:.2f}"
+                        for v in (r.system_cpu_ms, r.broker_cpu_ms))))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
                                for i, (c, w) in enumerate(zip(line, widths, strict=True)))

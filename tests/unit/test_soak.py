@@ -66,3 +66,28 @@ def test_each_minute_shows_where_the_memory_is() -> None:
     assert [r.clickhouse_lag for r in rows] == [55, 115, 175]
     assert [r.aggregate_lag for r in rows] == [110, 230, 350]
     assert "CH MEM MB" in table(rows) and "1590" in table(rows) and "AGG LAG" in table(rows)
+
+
+def test_each_minute_shows_the_cpu_per_write_of_each_side() -> None:
+    # 100 writes/s; `up` spends 0.4 CPU-s a second until minute 2, then 0.6;
+    # the broker 0.1 throughout; samples every 10 s
+    samples = [Sample(t, 500 * MB, 100 * MB, system_cpu=0.4 * min(t, 120) + 0.6 * max(t - 120, 0),
+                      broker_cpu=0.1 * t) for t in range(0, 181, 10)]
+    rows = soak_of(samples).minutes()
+    assert [round(r.system_cpu_ms, 6) for r in rows] == [4.0, 4.0, 6.0]
+    assert [round(r.broker_cpu_ms, 6) for r in rows] == [1.0, 1.0, 1.0]
+    assert "SYSTEM CPU MS/W" in table(rows) and "6.00" in table(rows)
+
+
+def test_cpu_per_write_comes_from_the_samples_nearest_each_minute() -> None:
+    # the first sample comes just after the phase starts; the sampler stops
+    # at 130 s and then once more at 150 s
+    samples = [Sample(t + 0.5, 500 * MB, 100 * MB, system_cpu=0.4 * t, broker_cpu=0.1 * t)
+               for t in [*range(0, 131, 10), 150]]
+    rows = soak_of(samples).minutes()
+    # minute 1 from 0.5 s; minute 3 from 120.5 s to 150.5 s
+    assert [round(r.system_cpu_ms, 6) for r in rows] == [4.0, 4.0, 4.0]
+    # a sampler that stopped before minute 3 gives it no figure
+    rows = soak_of(samples[:11]).minutes()
+    assert math.isnan(rows[2].system_cpu_ms) and math.isnan(rows[2].broker_cpu_ms)
+    assert table(rows).splitlines()[3].split()[-2:] == ["-", "-"]
