@@ -37,13 +37,13 @@ class Sample:
     at: float  #: seconds since the phase started
     system: int  #: RSS of ``up`` (bytes)
     broker: int  #: RSS of its child processes, summed (bytes)
-    #: CPU seconds (user and system) so far of ``up`` with its other children,
-    #: and of the broker; NaN where unknown
+    #: CPU seconds (user and system) so far of ``up`` with its other children
+    #: (those that ended too), and of the broker; NaN where unknown
     system_cpu: float = float("nan")
     broker_cpu: float = float("nan")
 
 
-class RssSampler:
+class Sampler:
     """The resident memory and the CPU time of a process and of its children,
     sampled from a thread every ``interval`` seconds, and once more at the
     start and at the end: the embedded broker (a JVM) apart, the system's
@@ -60,7 +60,7 @@ class RssSampler:
     def sample(self) -> None:
         try:
             system = self._process.memory_info().rss
-            system_cpu = _cpu(self._process)
+            system_cpu = _cpu(self._process, ended_children=True)
             children = self._process.children(recursive=True)
         except psutil.Error:
             return
@@ -80,7 +80,7 @@ class RssSampler:
         while not self._stop.wait(self._interval):
             self.sample()
 
-    def __enter__(self) -> RssSampler:
+    def __enter__(self) -> Sampler:
         self.sample()
         self._thread.start()
         return self
@@ -91,9 +91,12 @@ class RssSampler:
         self.sample()
 
 
-def _cpu(process: psutil.Process) -> float:
+def _cpu(process: psutil.Process, *, ended_children: bool = False) -> float:
+    """``process``'s CPU seconds so far; with ``ended_children``, those of its
+    children that have ended too (a restarted agent's do not vanish)."""
     times = process.cpu_times()
-    return float(times.user + times.system)
+    ended = times.children_user + times.children_system if ended_children else 0.0
+    return float(times.user + times.system + ended)
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,7 @@ async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concu
     started = time.perf_counter()
     cut_short = False
     scrapes: list[Scrape] = []
-    with RssSampler(pid, started, interval) as rss:
+    with Sampler(pid, started, interval) as rss:
         ticker = asyncio.create_task(_tick(run, rss, started, seconds, progress))
         lagging = asyncio.create_task(_scrape(driver, started, scrapes, interval * 5))
         try:
@@ -291,7 +294,7 @@ async def _scrape(driver: Driver, started: float, scrapes: list[Scrape],
             gauge(page, "reports_python_allocated_blocks") / 1000))
 
 
-async def _tick(run: Run, rss: RssSampler, started: float, seconds: float,
+async def _tick(run: Run, rss: Sampler, started: float, seconds: float,
                 progress: Callable[[str], None]) -> None:
     """A line of progress at the end of each full minute."""
     minute = 1
