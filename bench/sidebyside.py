@@ -20,6 +20,7 @@ import psutil
 
 from bench.client import Client
 from bench.figures import Figure, Report, number, percentile
+from bench.soak import cpu_seconds
 from bench.traffic import Driver, Run, closed_loop, polr_collection
 from bench.workload import Resource
 
@@ -109,10 +110,9 @@ class Servers:
         times = {}
         for p in self.tree():
             try:
-                t = p.cpu_times()
+                times[p.pid] = cpu_seconds(p)
             except psutil.Error:
                 continue
-            times[p.pid] = t.user + t.system + t.children_user + t.children_system
         return times
 
     def rss(self) -> int:

@@ -60,7 +60,7 @@ class Sampler:
     def sample(self) -> None:
         try:
             system = self._process.memory_info().rss
-            system_cpu = _cpu(self._process, ended_children=True)
+            system_cpu = cpu_seconds(self._process)
             children = self._process.children(recursive=True)
         except psutil.Error:
             return
@@ -69,10 +69,10 @@ class Sampler:
             with contextlib.suppress(psutil.Error):
                 if child.name() == "java":
                     broker += child.memory_info().rss
-                    broker_cpu += _cpu(child)
+                    broker_cpu += cpu_seconds(child)
                 else:
                     system += child.memory_info().rss
-                    system_cpu += _cpu(child)
+                    system_cpu += cpu_seconds(child)
         self.samples.append(Sample(time.perf_counter() - self._started, system, broker,
                                    system_cpu, broker_cpu))
 
@@ -91,12 +91,11 @@ class Sampler:
         self.sample()
 
 
-def _cpu(process: psutil.Process, *, ended_children: bool = False) -> float:
-    """``process``'s CPU seconds so far; with ``ended_children``, those of its
-    children that have ended too (a restarted agent's do not vanish)."""
+def cpu_seconds(process: psutil.Process) -> float:
+    """``process``'s CPU seconds so far (user and system), with those of its
+    children that have ended (a restarted agent's do not vanish)."""
     times = process.cpu_times()
-    ended = times.children_user + times.children_system if ended_children else 0.0
-    return float(times.user + times.system + ended)
+    return float(times.user + times.system + times.children_user + times.children_system)
 
 
 @dataclass(frozen=True)
