@@ -237,8 +237,8 @@ async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concu
     started = time.perf_counter()
     cut_short = False
     scrapes: list[Scrape] = []
-    with Sampler(pid, started, interval) as rss:
-        ticker = asyncio.create_task(_tick(run, rss, started, seconds, progress))
+    with Sampler(pid, started, interval) as sampler:
+        ticker = asyncio.create_task(_tick(run, sampler, started, seconds, progress))
         lagging = asyncio.create_task(_scrape(driver, started, scrapes, interval * 5))
         try:
             await asyncio.wait_for(closed_loop(driver, pool, concurrency=concurrency,
@@ -250,7 +250,7 @@ async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concu
                 task.cancel()
             await asyncio.gather(ticker, lagging, return_exceptions=True)
     run.seconds = time.perf_counter() - started
-    return Soak(seconds, run, started, rss.samples, cut_short, scrapes)
+    return Soak(seconds, run, started, sampler.samples, cut_short, scrapes)
 
 
 def _known(values: list[float]) -> list[float]:
@@ -293,7 +293,7 @@ async def _scrape(driver: Driver, started: float, scrapes: list[Scrape],
             gauge(page, "reports_python_allocated_blocks") / 1000))
 
 
-async def _tick(run: Run, rss: Sampler, started: float, seconds: float,
+async def _tick(run: Run, sampler: Sampler, started: float, seconds: float,
                 progress: Callable[[str], None]) -> None:
     """A line of progress at the end of each full minute."""
     minute = 1
@@ -301,7 +301,7 @@ async def _tick(run: Run, rss: Sampler, started: float, seconds: float,
         await asyncio.sleep(started + minute * MINUTE - time.perf_counter())
         last = len(run.completed) - bisect.bisect_left(run.completed,
                                                        started + (minute - 1) * MINUTE)
-        now = rss.samples[-1] if rss.samples else Sample(0, 0, 0)
+        now = sampler.samples[-1] if sampler.samples else Sample(0, 0, 0)
         progress(f"soak minute {minute}: {last / MINUTE:.0f} writes/s, system "
                  f"{now.system / MB:.0f} MB, broker {now.broker / MB:.0f} MB")
         minute += 1
