@@ -124,6 +124,9 @@ class Minute:
     #: the broker (what grows when the pace falls)
     system_cpu_ms: float = float("nan")
     broker_cpu_ms: float = float("nan")
+    #: requests the committer decided per transaction in the minute (the
+    #: fewer, the more each write pays of a transaction's round trips)
+    batch_requests: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,10 @@ class Scrape:
     aggregate_lag: float  #: change-log records the aggregate agent was behind
     clickhouse_mb: float  #: ClickHouse's tracked memory
     python_kblocks: float  #: the interpreter's allocated blocks, in thousands
+    #: the committer's requests and transactions so far (its batch histogram's
+    #: sum and count)
+    batched: float = float("nan")
+    transactions: float = float("nan")
 
 
 @dataclass
@@ -207,6 +214,7 @@ class Soak:
             rss = self.rss_between(start, end)
             scraped = [sc for sc in self.scrapes if start <= sc.at <= end]
             system_cpu, broker_cpu = self.cpu_per_write(start, end)
+            batch = _batch(scraped)
             rows.append(Minute(
                 i + 1, end - start, len(latencies), self.rate(start, end),
                 percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
@@ -214,7 +222,8 @@ class Soak:
                 rss.system / MB, rss.broker / MB, _most([sc.lag for sc in scraped]),
                 _most([sc.aggregate_lag for sc in scraped]),
                 _median([sc.clickhouse_mb for sc in scraped]),
-                _median([sc.python_kblocks for sc in scraped]), system_cpu, broker_cpu))
+                _median([sc.python_kblocks for sc in scraped]), system_cpu, broker_cpu,
+                batch))
         return rows
 
     def windows(self) -> list[float]:
@@ -251,6 +260,16 @@ async def sustain(driver: Driver, pool: list[Resource], *, minutes: float, concu
             await asyncio.gather(ticker, lagging, return_exceptions=True)
     run.seconds = time.perf_counter() - started
     return Soak(seconds, run, started, sampler.samples, cut_short, scrapes)
+
+
+def _batch(scraped: list[Scrape]) -> float:
+    """Requests per transaction between the first and the last of ``scraped``
+    (NaN when fewer than two were read, or no transaction came between)."""
+    known = [sc for sc in scraped if not math.isnan(sc.batched + sc.transactions)]
+    if len(known) < 2 or known[-1].transactions <= known[0].transactions:
+        return float("nan")
+    return ((known[-1].batched - known[0].batched)
+            / (known[-1].transactions - known[0].transactions))
 
 
 def _known(values: list[float]) -> list[float]:
@@ -290,7 +309,9 @@ async def _scrape(driver: Driver, started: float, scrapes: list[Scrape],
             gauge(page, "reports_consumer_lag_records", 'agent="materializer"'),
             gauge(page, "reports_consumer_lag_records", 'agent="aggregate"'),
             gauge(page, "reports_clickhouse_memory_bytes") / MB,
-            gauge(page, "reports_python_allocated_blocks") / 1000))
+            gauge(page, "reports_python_allocated_blocks") / 1000,
+            gauge(page, "reports_committer_batch_requests_sum"),
+            gauge(page, "reports_committer_batch_requests_count")))
 
 
 async def _tick(run: Run, sampler: Sampler, started: float, seconds: float,
@@ -375,7 +396,7 @@ def _memory_figures(report: Report, soak: Soak, start: float, label: str) -> Non
 def table(rows: list[Minute]) -> str:
     header = ("MINUTE", "WRITES/S", "P50 MS", "P99 MS", "ERRORS", "SYSTEM RSS MB",
               "BROKER RSS MB", "CH LAG", "AGG LAG", "CH MEM MB", "PY BLOCKS K",
-              "SYSTEM CPU MS/W", "BROKER CPU MS/W")
+              "SYSTEM CPU MS/W", "BROKER CPU MS/W", "WRITES/TXN")
     lines: list[tuple[Any, ...]] = [header]
     for r in rows:
         minute = f"{r.minute}" if r.seconds >= MINUTE - 1e-6 else f"{r.minute} ({r.seconds:.0f} s)"
@@ -385,7 +406,8 @@ def table(rows: list[Minute]) -> str:
                         for v in (r.clickhouse_lag, r.aggregate_lag, r.clickhouse_mb,
                                   r.python_kblocks)),
                       *("-" if math.isnan(v) else f"{v:.2f}"
-                        for v in (r.system_cpu_ms, r.broker_cpu_ms))))
+                        for v in (r.system_cpu_ms, r.broker_cpu_ms)),
+                      "-" if math.isnan(r.batch_requests) else f"{r.batch_requests:.1f}"))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w)
                                for i, (c, w) in enumerate(zip(line, widths, strict=True)))

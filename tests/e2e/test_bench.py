@@ -29,7 +29,8 @@ SOAK = {
 }
 MINUTE_COLUMNS = {"minute", "seconds", "writes", "writes_per_s", "p50_ms", "p99_ms", "errors",
                   "clickhouse_lag", "aggregate_lag", "clickhouse_mb", "python_kblocks",
-                  "system_rss_mb", "broker_rss_mb", "system_cpu_ms", "broker_cpu_ms"}
+                  "system_rss_mb", "broker_rss_mb", "system_cpu_ms", "broker_cpu_ms",
+                  "batch_requests"}
 FIGURES = {
     "startup", "create throughput", "create throughput, first creates",
     "create throughput, last creates", "write throughput", "write latency p50",
@@ -80,6 +81,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert all(math.isfinite(v) for v in row.values()), row
     assert minutes[0]["writes"] > 0 and minutes[0]["system_rss_mb"] > 0
     assert minutes[0]["system_cpu_ms"] > 0 and minutes[0]["broker_cpu_ms"] > 0
+    assert minutes[0]["batch_requests"] >= 1
     assert written["soak_windows"] and all(math.isfinite(w["writes_per_s"])
                                            for w in written["soak_windows"])
     # the frontend's metrics page after the run, beside the figures

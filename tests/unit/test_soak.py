@@ -90,4 +90,21 @@ def test_cpu_per_write_comes_from_the_samples_nearest_each_minute() -> None:
     # a sampler that stopped before minute 3 gives it no figure
     rows = soak_of(samples[:11]).minutes()
     assert math.isnan(rows[2].system_cpu_ms) and math.isnan(rows[2].broker_cpu_ms)
-    assert table(rows).splitlines()[3].split()[-2:] == ["-", "-"]
+    assert table(rows).splitlines()[3].split()[-3:-1] == ["-", "-"]
+
+
+def test_each_minute_shows_the_writes_per_transaction() -> None:
+    # 100 requests a second, in 10 transactions until minute 2, then in 4
+    page = ('reports_committer_batch_requests_sum 4200.0\n'
+            'reports_committer_batch_requests_count 420.0\n')
+    assert gauge(page, "reports_committer_batch_requests_sum") == 4200
+    soak = soak_of([Sample(t, 500 * MB, 100 * MB) for t in range(0, 181, 10)])
+    soak.scrapes = [Scrape(t, 0, 0, 0, 0, batched=100 * t,
+                           transactions=10 * min(t, 120) + 4 * max(t - 120, 0))
+                    for t in range(5, 180, 10)]
+    rows = soak.minutes()
+    assert [round(r.batch_requests, 6) for r in rows] == [10, 10, 25]
+    assert table(rows).splitlines()[3].split()[-1] == "25.0"
+    # fewer than two scrapes in a minute, or scrapes without the histogram: no figure
+    soak.scrapes = [*soak.scrapes[:12], Scrape(125, 0, 0, 0, 0)]
+    assert [math.isnan(r.batch_requests) for r in soak.minutes()] == [False, False, True]
