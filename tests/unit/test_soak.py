@@ -94,7 +94,7 @@ def test_cpu_per_write_comes_from_the_samples_nearest_each_minute() -> None:
 
 
 def test_each_minute_shows_the_writes_per_transaction() -> None:
-    # 100 requests a second, in 10 transactions until minute 2, then in 4
+    # 100 requests a second, in 10 transactions a second until 120 s, then in 4
     page = ('reports_committer_batch_requests_sum 4200.0\n'
             'reports_committer_batch_requests_count 420.0\n')
     assert gauge(page, "reports_committer_batch_requests_sum") == 4200
