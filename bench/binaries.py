@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,20 +97,50 @@ def built(build: Build) -> Path:
         if (target / ".complete").exists():
             return target
         staging = Path(tempfile.mkdtemp(prefix=f"{build.name}-", dir=root))
-        out = staging / build.name if build.packages == (".",) else staging
         try:
-            subprocess.run([go(), "build", "-trimpath", f"-ldflags={build.ldflags}", "-o",
-                            f"{out}{os.sep if out == staging else ''}", *build.packages],
-                           cwd=build.module, check=True,
-                           env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"})
-        except subprocess.CalledProcessError as err:
+            _go_build(build, staging)
+        except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
-            raise BuildUnavailable(f"building {build.name} failed (go build exited"
-                                   f" {err.returncode})") from err
+            raise
         (staging / ".complete").touch()
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     return target
+
+
+#: what ``go`` prints when it could not fetch a module (the network, the
+#: proxy), rather than when the code does not build
+FETCH_FAILED = re.compile(r'Get "https?://|dial tcp|i/o timeout|TLS handshake timeout'
+                          r"|connection reset|unexpected EOF|reading https?://")
+BUILD_ATTEMPTS = 3
+
+
+def _go_build(build: Build, staging: Path) -> None:
+    out = staging / build.name if build.packages == (".",) else staging
+    run_go(["build", "-trimpath", f"-ldflags={build.ldflags}", "-o",
+            f"{out}{os.sep if out == staging else ''}", *build.packages],
+           cwd=build.module, env={"GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}, what=build.name)
+
+
+def run_go(args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+           what: str) -> None:
+    """``go`` with ``args``, tried again when a module could not be fetched
+    (Go caches no failed download); ``BuildUnavailable`` with one line of
+    reason when it still fails."""
+    for attempt in range(1, BUILD_ATTEMPTS + 1):
+        done = subprocess.run([go(), *args], cwd=cwd, env={**os.environ, **(env or {})},
+                              capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            return
+        failed = [line for line in done.stderr.splitlines() if FETCH_FAILED.search(line)]
+        if not failed:
+            raise BuildUnavailable(f"building {what} failed (go {args[0]} exited"
+                                   f" {done.returncode}):\n{done.stderr[-3000:]}")
+        if attempt == BUILD_ATTEMPTS:
+            raise BuildUnavailable(
+                f"building {what}: could not fetch its Go modules after {attempt} attempts"
+                f" ({failed[0].strip()[:300]}): check the network and GOPROXY")
+        time.sleep(5 * attempt)
 
 
 def binaries(name: str) -> Path:

@@ -5,7 +5,6 @@ way. A cold build of them all takes about ten minutes on two cores."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import binaries as bench
-from bench.binaries import Build, cache_root, go
+from bench.binaries import Build, cache_root, go, run_go
 
 MODULES = Path(__file__).resolve().parent / "modules"
 HELM_VERSION = "v3.22.0"
@@ -57,8 +56,8 @@ def helm() -> str:
     cache = cache_root() / "bin"
     binary = cache / "helm"
     if not binary.exists():
-        subprocess.run([go(), "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
-                       env={**os.environ, "GOBIN": str(cache)}, check=True, timeout=900)
+        run_go(["install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
+               env={"GOBIN": str(cache)}, what="helm")
     return str(binary)
 
 
