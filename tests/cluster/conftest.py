@@ -59,10 +59,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         wanted.add("kyverno")
     if any("clientgo" in item.nodeid for item in selected):
         wanted.add("clientgo")
-    for name in sorted(wanted):
+    for name in [*sorted(wanted), "helm"]:
         started = time.monotonic()
         try:
-            _built[name] = binaries.binaries(name)
+            _built[name] = _build(name)
         except (subprocess.CalledProcessError, RuntimeError, OSError) as err:
             _built[name] = err
         took = time.monotonic() - started
@@ -74,10 +74,14 @@ def can_run() -> bool:
     return os.geteuid() == 0
 
 
+def _build(name: str) -> Path:
+    return Path(binaries.helm()) if name == "helm" else binaries.binaries(name)
+
+
 def built(name: str) -> Path:
     found = _built.get(name)
     if found is None:
-        found = _built[name] = binaries.binaries(name)
+        found = _built[name] = _build(name)
     if isinstance(found, BaseException):
         pytest.fail(f"building {name} failed: {found}")
     return found
@@ -158,7 +162,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def render_chart(*values: str) -> list[dict[str, Any]]:
     """The chart's objects, with ``values`` (``--set`` arguments)."""
-    out = subprocess.run([binaries.helm(), "template", "reports-pipeline", str(CHART),
+    out = subprocess.run([str(built("helm")), "template", "reports-pipeline", str(CHART),
                           "--namespace", RELEASE_NAMESPACE,
                           *(f"--set={v}" for v in values)], capture_output=True, text=True,
                          check=True).stdout
@@ -249,10 +253,14 @@ class System:
         offset = log.stat().st_size if log.exists() else 0
         self.process = Process(self.cluster.netns, self.argv(), log,
                                env={"REPORTS_TOPIC_PREFIX": "cluster"})
-        wait_until(lambda: "is ready" in log.read_text(errors="replace")[offset:],
-                   "reports-pipeline up ready", timeout=180, alive=[self.process])
-        if self.register:
-            self.wait_available()
+        try:
+            wait_until(lambda: "is ready" in log.read_text(errors="replace")[offset:],
+                       "reports-pipeline up ready", timeout=180, alive=[self.process])
+            if self.register:
+                self.wait_available()
+        except BaseException:
+            self.stop()  # nothing of a failed start outlives it
+            raise
 
     def available(self) -> bool:
         for name in GROUP_VERSIONS:
@@ -293,8 +301,8 @@ class System:
 def system(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     """A fresh store, installed; each test module has its own."""
     installed = System(cluster, tmp_path_factory.mktemp("system"))
-    installed.start()
     try:
+        installed.start()
         yield installed
     finally:
         installed.stop()

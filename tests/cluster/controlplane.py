@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 from cryptography.hazmat.primitives import serialization
@@ -66,11 +66,13 @@ class Process:
                  env: dict[str, str] | None = None, cwd: Path | None = None):
         self.argv = list(argv)
         self.log = log
-        self._out: IO[bytes] = open(log, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(netns.command(argv), stdout=self._out,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})}, cwd=cwd,
-                                     start_new_session=True, preexec_fn=die_with_parent())
+        # the child writes the log through a descriptor of its own: this
+        # process keeps none open, whether the program starts or not
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(netns.command(argv), stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env={**os.environ, **(env or {})}, cwd=cwd,
+                                         start_new_session=True, preexec_fn=die_with_parent())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -88,7 +90,6 @@ class Process:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        self._out.close()
         return self.proc.returncode
 
 

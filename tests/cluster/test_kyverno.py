@@ -172,8 +172,8 @@ def nonzero(counts: dict[tuple[str, str], tuple[int, int]]
 @pytest.fixture(scope="module")
 def kyverno(system: System, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kyverno]:
     installed = Kyverno(system.cluster, tmp_path_factory.mktemp("kyverno"))
-    installed.start()
     try:
+        installed.start()
         yield installed
     finally:
         installed.stop()
