@@ -7,7 +7,6 @@ import contextlib
 import ipaddress
 import os
 import secrets
-import ssl
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -110,16 +109,6 @@ def ensure_certificate(directory: Path, names: Sequence[str] = LOCAL_NAMES
                                               serialization.NoEncryption()))
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_file, key_file
-
-
-def client_context(ca_pem: str) -> ssl.SSLContext:
-    """A client's TLS context trusting ``ca_pem`` as a kubeconfig's
-    ``certificate-authority-data``: a served certificate given there itself
-    is trusted too (a partial chain, as Go's kubectl trusts it), not only the
-    CA that signed it."""
-    context = ssl.create_default_context(cadata=ca_pem)
-    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-    return context
 
 
 def write_kubeconfig(path: Path, *, server: str, cert_file: Path, token: str) -> None:

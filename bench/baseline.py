@@ -11,13 +11,11 @@ import asyncio
 import contextlib
 import signal
 import socket
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
-import aiohttp
 import psutil
 import yaml
 from cryptography.hazmat.primitives import serialization
@@ -25,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bench import binaries
 from bench.pki import Authority, key_pem, kubeconfig
+from kubeclient import APIConflictError, Client, KubeClientError, target
 from pipeline.runtime.processes import die_with_parent
 
 CRDS = Path(__file__).with_name("data") / "report-crds.yaml"
@@ -129,8 +128,8 @@ class EtcdCrds:
         (pki / "sa.key").write_bytes(key_pem(sa_key))
         (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-        client, peer, port = free_port(), free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{client}"
+        client_port, peer, port = free_port(), free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{client_port}"
         etcd = _Process([
             str(etcd_dir / "etcd"), "--data-dir", str(self.data_dir),
             "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
@@ -156,24 +155,21 @@ class EtcdCrds:
         self._progress("etcd CRDs: starting etcd and kube-apiserver")
         await etcd.start()
         await apiserver.start()
-        context = ssl.create_default_context(cadata=ca.pem.decode())
-        context.load_cert_chain(*admin)
-        async with aiohttp.ClientSession(server, connector=aiohttp.TCPConnector(
-                ssl=context)) as session:
-            await self._until(partial(self._ready, session), "kube-apiserver ready", timeout)
+        async with Client(await target(self.kubeconfig), retries=0) as client:
+            await self._until(partial(self._ready, client), "kube-apiserver ready", timeout)
             for crd in yaml.safe_load_all(CRDS.read_text()):
                 if crd:
-                    await self._create(session, crd)
+                    await self._create(client, crd)
             for crd in yaml.safe_load_all(CRDS.read_text()):
                 if crd:
                     name = crd["metadata"]["name"]
-                    await self._until(partial(self._established, session, name),
+                    await self._until(partial(self._established, client, name),
                                       f"CRD {name} established", 60)
                     for version in crd["spec"]["versions"]:
                         if version.get("served"):
                             path = (f"/apis/{crd['spec']['group']}/{version['name']}/"
                                     f"{crd['spec']['names']['plural']}")
-                            await self._until(partial(self._ok, session, path),
+                            await self._until(partial(self._ok, client, path),
                                               f"{path} served", 60)
 
     async def _until(self, check: Callable[[], Awaitable[bool]], what: str,
@@ -189,37 +185,38 @@ class EtcdCrds:
             await asyncio.sleep(0.2)
 
     @staticmethod
-    async def _ok(session: aiohttp.ClientSession, path: str) -> bool:
+    async def _ok(client: Client, path: str) -> bool:
         try:
-            async with session.get(path) as response:
-                return response.status == 200
-        except aiohttp.ClientError:
+            await client.request("GET", path)
+        except KubeClientError:
             return False
+        return True
 
-    async def _ready(self, session: aiohttp.ClientSession) -> bool:
+    async def _ready(self, client: Client) -> bool:
         try:
-            async with session.get("/readyz") as response:
-                return response.status == 200 and (await response.text()).strip() == "ok"
-        except aiohttp.ClientError:
+            return (await client.request("GET", "/readyz")).strip() == b"ok"
+        except KubeClientError:
             return False
 
     @staticmethod
-    async def _create(session: aiohttp.ClientSession, crd: dict[str, object]) -> None:
-        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-        async with session.post(path, json=crd) as response:
-            if response.status not in (200, 201, 409):
-                raise BaselineFailed(f"creating {crd['metadata']}: {response.status}"  # type: ignore[index]
-                                     f" {(await response.text())[:300]}")
+    async def _create(client: Client, crd: dict[str, object]) -> None:
+        try:
+            await client.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                 body=crd)
+        except APIConflictError:
+            pass  # made by an earlier start
+        except KubeClientError as err:
+            raise BaselineFailed(f"creating {crd['metadata']}: {err}") from err
 
     @staticmethod
-    async def _established(session: aiohttp.ClientSession, name: str) -> bool:
-        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-        async with session.get(path) as response:
-            if response.status != 200:
-                return False
-            conditions = (await response.json()).get("status", {}).get("conditions", [])
-            return any(c["type"] == "Established" and c["status"] == "True"
-                       for c in conditions)
+    async def _established(client: Client, name: str) -> bool:
+        try:
+            found = await client.json(
+                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        except KubeClientError:
+            return False
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in found.get("status", {}).get("conditions", []))
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes if p.alive()]

@@ -23,11 +23,12 @@ import psutil
 
 from bench import analytics, sidebyside, soak
 from bench.baseline import EtcdCrds
-from bench.client import TABLE, Client, RequestFailed
+from bench.client import TABLE, Client
 from bench.figures import Report, percentile
 from bench.running import RunningSystem
 from bench.traffic import Driver, Run, closed_loop, open_loop, polr_collection
 from bench.workload import POLR_PATH, Mix, Resource, flip, resources
+from kubeclient import APIError
 from pipeline.settings import Settings
 from pipeline.worker import WINDOWS_KEPT
 
@@ -182,11 +183,10 @@ async def _watch_lag(system: RunningSystem, driver: Driver, pool: list[Resource]
 
 async def _watch_events(client: Client, path: str, connected: asyncio.Semaphore
                         ) -> AsyncIterator[tuple[float, Any]]:
-    async with client.session.get(path) as response:
+    async with client.api.stream(path) as events:
         connected.release()
-        async for line in response.content:
-            if line.strip():
-                yield time.perf_counter(), orjson.loads(line)
+        async for event in events:
+            yield time.perf_counter(), event
 
 
 async def run(options: Options, *, progress: Callable[[str], None] = print) -> Report:
@@ -443,9 +443,7 @@ async def _latency_and_watch(system: RunningSystem, client: Client, options: Opt
 
 async def _scrape_metrics(client: Client, report: Report) -> None:
     """Keep the frontend's metrics page as it stands after the phases."""
-    async with client.session.get("/metrics") as response:
-        if response.status == 200:
-            report.metrics_page = await response.text()
+    report.metrics_page = await client.text("/metrics") or report.metrics_page
 
 
 async def _lists(system: RunningSystem, client: Client, options: Options, report: Report,
@@ -478,7 +476,7 @@ async def _settle(client: Client, timeout: float = 120) -> None:
         try:
             listed = await client.get(f"{POLR_PATH}/policyreports?limit=1")
             break
-        except RequestFailed as err:
+        except APIError as err:
             if err.status != 503 or time.perf_counter() > deadline:
                 raise
             await asyncio.sleep(0.5)

@@ -8,6 +8,7 @@ at rest, then the sustained phase."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import statistics
@@ -23,6 +24,7 @@ from bench.figures import Figure, Report, number, percentile
 from bench.soak import cpu_seconds
 from bench.traffic import Driver, Run, closed_loop, polr_collection
 from bench.workload import Resource
+from kubeclient import APIConflictError, APINotFoundError
 
 MiB = 1024 * 1024
 PAGE = 500
@@ -164,9 +166,9 @@ async def measure(api: Api, client: Client, driver: Driver, *, pool: list[Resour
     if api.namespaces:
         for namespace in sorted({r.namespace for r in [*pool, *listed]}):
             # 404: an API without namespaces (this system's frontend itself)
-            await client.request("POST", "/api/v1/namespaces", {
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-                ok=(200, 201, 404, 409))
+            with contextlib.suppress(APINotFoundError, APIConflictError):
+                await client.create("/api/v1/namespaces", {
+                    "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     progress(f"{api.name}: seeding {len(pool)} workload reports")
     out.runs["seed"] = await closed_loop(driver, pool, concurrency=max(clients), seed=True)
     await api.settle(client)
@@ -246,8 +248,7 @@ async def measure(api: Api, client: Client, driver: Driver, *, pool: list[Resour
 
 
 async def _metrics(client: Client) -> str:
-    async with client.session.get("/metrics") as response:
-        return await response.text() if response.status == 200 else ""
+    return await client.text("/metrics")
 
 
 #: the verbs that write, as apiserver_request_duration_seconds names them

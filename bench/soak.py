@@ -24,6 +24,7 @@ import psutil
 from bench.figures import Report, percentile
 from bench.traffic import Driver, Run, closed_loop
 from bench.workload import Resource
+from kubeclient import KubeClientError
 
 MB = 1024 * 1024
 MINUTE = 60.0
@@ -300,9 +301,8 @@ async def _scrape(driver: Driver, started: float, scrapes: list[Scrape],
     while True:
         await asyncio.sleep(every)
         try:
-            async with driver.client.session.get("/metrics") as response:
-                page = await response.text()
-        except (TimeoutError, OSError):
+            page = await driver.client.text("/metrics")
+        except KubeClientError:
             continue
         scrapes.append(Scrape(
             time.perf_counter() - started,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from bench.client import Client, RequestFailed
+from bench.client import Client
 from bench.workload import (
     EPHR_PATH,
     POLR_PATH,
@@ -28,6 +28,7 @@ from bench.workload import (
     policy_report,
     random_failing,
 )
+from kubeclient import APIError
 
 WRITES = ("create", "merge", "delete", "update")
 #: (resource, new resourceVersion, when the request was sent)
@@ -124,7 +125,7 @@ class Driver:
         sent = time.perf_counter()
         try:
             await op(res, run, sent)  # type: ignore[misc]
-        except RequestFailed as err:
+        except APIError as err:
             run.error(f"{kind} {err.status}")
             if err.status == 409:
                 await self._refresh(res)
@@ -185,7 +186,7 @@ class Driver:
                 await self.client.get(polr_collection(res.namespace))
             else:
                 await self.client.get(f"{polr_collection(res.namespace)}/{res.uid}")
-        except RequestFailed as err:
+        except APIError as err:
             run.error(f"read {err.status}")
             return
         end = time.perf_counter()
@@ -196,7 +197,7 @@ class Driver:
         try:
             current = await self.client.get(f"{polr_collection(res.namespace)}/{res.uid}")
             res.report_version = str(current["metadata"]["resourceVersion"])
-        except RequestFailed:
+        except APIError:
             res.report_version = None
 
 

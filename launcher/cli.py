@@ -33,8 +33,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from apiserver import schema
 from apiserver.authn import RequestHeaders
 from bench.figures import Report
@@ -43,11 +41,11 @@ from bench.runner import run as bench_run
 from bench.runner import write_json
 from bench.sidebyside import table as side_by_side_table
 from bench.workload import Mix, ephemeral_report, policy_report, resources
+from kubeclient import ConfigError, KubeClientError, target
 from launcher import demo, migrate
 from launcher.broker import BrokerError
 from launcher.dashboard import serve_dashboard
-from launcher.incluster import Cluster, ClusterError
-from launcher.kubeapi import endpoint
+from launcher.incluster import ClusterError, cluster_from_env
 from launcher.serving import serve
 from launcher.system import (
     AlreadyRunning,
@@ -343,10 +341,9 @@ def _parser() -> argparse.ArgumentParser:
         command = directions.add_parser(direction, help=text, formatter_class=_Help,
                                         description=_about(f"Copy every report {text}."))
         command.add_argument("--kubeconfig", type=Path,
-                             default=Path(os.environ.get("KUBECONFIG")
-                                          or Path.home() / ".kube" / "config"),
                              help="the cluster (its APIServices decide which side serves"
-                                  " the report groups)")
+                                  " the report groups); as kubectl, $KUBECONFIG (a list) or"
+                                  " ~/.kube/config when not given")
         store = command.add_mutually_exclusive_group(required=True)
         store.add_argument("--store", type=Path, metavar="KUBECONFIG",
                            help="the store's frontend, reached directly (an installed"
@@ -444,9 +441,8 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as err:
         print(f"reports-pipeline bench: {err}", file=sys.stderr)
         return 1
-    except aiohttp.ClientError as err:
-        print(f"reports-pipeline bench: a request failed: {type(err).__name__}: {err}",
-              file=sys.stderr)
+    except KubeClientError as err:
+        print(f"reports-pipeline bench: a request failed: {err}", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, asyncio.CancelledError):
         # everything the run started was stopped on its way out
@@ -535,7 +531,11 @@ def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
 
     async def checked() -> None:
         # what it reads answers before its address is given out
-        await source.check()
+        try:
+            await source.check()
+        except BaseException:
+            await source.aclose()
+            raise
         host, bound = sock.getsockname()[:2]
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         print(f"Dashboard: http://{shown}:{bound}/?token={token}", flush=True)
@@ -552,13 +552,11 @@ def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     name = f"reports-pipeline migrate {args.direction}"
     try:
-        cluster = endpoint(str(args.kubeconfig), os.environ)
         store_config = args.store or args.data_dir / "kubeconfig"
         if not store_config.exists():
             raise ValueError(f"{store_config} does not exist" + (
                 "" if args.store else f": is `reports-pipeline up --data-dir {args.data_dir}`"
                                       " running?"))
-        store = endpoint(str(store_config), os.environ)
         switch = None
         if args.direction == "in" and args.switch is not None:
             switch = migrate.read_apiservices(args.switch.read_text())
@@ -568,13 +566,14 @@ def _migrate(args: argparse.Namespace) -> int:
                             settle=getattr(args, "settle", 5.0))
 
         async def run_it() -> Any:
+            cluster, store = await target(args.kubeconfig), await target(store_config)
             async with migrate.Api(cluster, "the cluster") as c, \
                     migrate.Api(store, "the store") as s:
                 return await migrate.migrate(plan, cluster=c, store=s,
                                              say=lambda line: print(line, file=sys.stderr,
                                                                     flush=True))
         tally = asyncio.run(run_it())
-    except (ClusterError, migrate.MigrationError, OSError, ValueError) as err:
+    except (ConfigError, migrate.MigrationError, OSError, ValueError) as err:
         print(f"{name}: {err}", file=sys.stderr)
         return 1
     print("\n".join(tally.lines(migrate.RESOURCES)))
@@ -624,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.data_dir, worker=False, host=args.host, sock=sock,
                 write_kubeconfig=False, **_tls_options(parser, args),
                 **_access_options(args),
-                front_proxy=Cluster.from_env(os.environ)
+                front_proxy=cluster_from_env(os.environ)
                 if args.front_proxy_ca_from_cluster else None,
                 health_sock=None if args.health_port is None
                 else listen(args.host, args.health_port))

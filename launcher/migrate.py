@@ -24,8 +24,7 @@ frontend's Service (the store).
 
 Both page through lists, may be run again at any time (an object already at
 the destination with the same content is left alone) and end with a summary.
-aiohttp: a few list, watch and write calls do not call for a Kubernetes
-client library.
+Both Kubernetes APIs are reached with ``kubeclient``.
 """
 
 from __future__ import annotations
@@ -37,11 +36,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-import orjson
 import yaml
 
-from launcher.kubeapi import Endpoint
+from kubeclient import APIError, APIGoneError, Client, ConnectionFailed, Target
 from launcher.migration import (
     COPIED,
     DELETED,
@@ -56,7 +53,6 @@ from launcher.migration import (
     Tally,
     copy_body,
     digest,
-    failure_reason,
     key_of,
     owned_by_reports,
 )
@@ -79,59 +75,28 @@ class MigrationError(RuntimeError):
     """The migration cannot go on (a reason for the user, no traceback)."""
 
 
-class Refused(Exception):
-    def __init__(self, method: str, path: str, status: int, body: bytes):
-        self.status = status
-        self.reason = failure_reason(status, body)
-        super().__init__(f"{method} {path}: {self.reason}")
-
-
 class Api:
-    """One Kubernetes API, over aiohttp: its server, TLS and bearer token
-    from a kubeconfig (``launcher.kubeapi.endpoint``)."""
+    """One Kubernetes API (``kubeclient``), named for messages."""
 
-    def __init__(self, endpoint: Endpoint, name: str):
-        self.endpoint = endpoint
+    def __init__(self, target: Target, name: str):
+        self.target = target
         self.name = name
-        self._session: aiohttp.ClientSession | None = None
+        # the copies' managedFields name this manager
+        self._client = Client(target, user_agent=f"{MANAGER}/1", timeout=REQUEST_SECONDS)
 
     async def __aenter__(self) -> Api:
-        # the copies' managedFields name this manager
-        headers = {"User-Agent": f"{MANAGER}/1"}
-        if self.endpoint.token or self.endpoint.token_file:
-            headers["Authorization"] = f"Bearer {self.endpoint.bearer()}"
-        self._session = aiohttp.ClientSession(
-            self.endpoint.server, headers=headers,
-            connector=aiohttp.TCPConnector(ssl=self.endpoint.context, limit=16),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         return self
 
     async def __aexit__(self, *_: Any) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        assert self._session is not None
-        return self._session
+        await self._client.close()
 
     async def call(self, method: str, path: str, body: JSON | None = None,
                    params: dict[str, str] | None = None) -> JSON:
-        """The response body of a 2xx answer; ``Refused`` otherwise."""
-        data = orjson.dumps(body) if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        """The response body of a 2xx answer; ``APIError`` otherwise."""
         try:
-            async with asyncio.timeout(REQUEST_SECONDS), self.session.request(
-                    method, path, data=data, params=params, headers=headers,
-                    server_hostname=self.endpoint.tls_server_name) as response:
-                raw = await response.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as err:
-            raise MigrationError(f"{self.name} ({self.endpoint.server}): {method} {path}:"
-                                 f" {err or type(err).__name__}") from err
-        if response.status // 100 != 2:
-            raise Refused(method, path, response.status, raw)
-        found: JSON = orjson.loads(raw) if raw else {}
-        return found
+            return await self._client.json(method, path, body=body, params=params)
+        except ConnectionFailed as err:
+            raise MigrationError(f"{self.name} ({err.server}): {err.detail}") from err
 
     async def pages(self, resource: ResourceType, limit: int
                     ) -> AsyncIterator[tuple[list[JSON], str]]:
@@ -145,8 +110,8 @@ class Api:
                 params["continue"] = token
             try:
                 page = await self.call("GET", collection(resource), params=params)
-            except Refused as err:
-                if err.status == 410 and token:
+            except APIGoneError:
+                if token:
                     token = ""  # the snapshot is gone: again (copies are idempotent)
                     continue
                 raise
@@ -159,26 +124,16 @@ class Api:
     async def watch(self, resource: ResourceType, resource_version: str
                     ) -> AsyncIterator[JSON]:
         """Watch events from ``resource_version`` until the server ends the
-        watch, after a first ``CONNECTED`` once the server accepted it. Lines
-        are read whole, however long (a report may be MiBs)."""
+        watch, after a first ``CONNECTED`` once the server accepted it."""
         params = {"watch": "1", "resourceVersion": resource_version,
                   "allowWatchBookmarks": "true"}
-        async with self.session.get(collection(resource), params=params,
-                                    server_hostname=self.endpoint.tls_server_name) as response:
-            if response.status != 200:
-                raise Refused("WATCH", collection(resource), response.status,
-                              await response.read())
-            yield {"type": CONNECTED}
-            started: list[bytes] = []  # a line's pieces so far: joined once
-            async for chunk in response.content.iter_any():
-                *ends, rest = chunk.split(b"\n")
-                for end in ends:
-                    line = b"".join([*started, end])
-                    started = []
-                    if line.strip():
-                        yield orjson.loads(line)
-                if rest:
-                    started.append(rest)
+        try:
+            async with self._client.stream(collection(resource), params=params) as events:
+                yield {"type": CONNECTED}
+                async for event in events:
+                    yield event
+        except ConnectionFailed as err:
+            raise MigrationError(f"{self.name} ({err.server}): {err.detail}") from err
 
 
 def collection(resource: ResourceType, namespace: str = "") -> str:
@@ -207,7 +162,7 @@ async def served_by(cluster: Api, group: str, version: str) -> str | None:
     cluster does not serve the group/version at all."""
     try:
         found = await cluster.call("GET", f"{APISERVICES}/{apiservice_name(group, version)}")
-    except Refused as err:
+    except APIError as err:
         if err.status == 404:
             return None
         raise MigrationError(f"reading the APIServices of {cluster.name}: {err.reason}"
@@ -231,7 +186,7 @@ async def take_over(cluster: Api, apiservices: Sequence[JSON], say: Callable[[st
         while True:
             try:
                 current: JSON | None = await cluster.call("GET", f"{APISERVICES}/{name}")
-            except Refused as err:
+            except APIError as err:
                 if err.status != 404:
                     raise MigrationError(f"APIService {name}: {err.reason}") from err
                 current = None
@@ -248,7 +203,7 @@ async def take_over(cluster: Api, apiservices: Sequence[JSON], say: Callable[[st
                     body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                     await cluster.call("PUT", f"{APISERVICES}/{name}", body)
                 break
-            except Refused as err:
+            except APIError as err:
                 if err.status != 409:  # kube-apiserver changed it meanwhile: again
                     raise MigrationError(f"APIService {name}: {err.reason}") from err
         say(f"APIService {name} now points at service"
@@ -264,7 +219,7 @@ async def give_back(cluster: Api, names: Sequence[str], say: Callable[[str], Non
     for name in names:
         found = await cluster.call("GET", f"{APISERVICES}/{name}")
         if (found.get("spec") or {}).get("service"):
-            with contextlib.suppress(Refused):
+            with contextlib.suppress(APIError):
                 await cluster.call("DELETE", f"{APISERVICES}/{name}")
             say(f"APIService {name} removed: its CRDs serve it again")
     await _wait(cluster, wait, local=True, timeout=timeout)
@@ -279,7 +234,7 @@ async def _wait(cluster: Api, names: Sequence[str], *, local: bool, timeout: flo
                 is_local = not (found.get("spec") or {}).get("service")
                 if is_local == local and available(found) and await _answered(cluster, name):
                     break
-            except Refused as err:
+            except APIError as err:
                 if err.status != 404:
                     raise MigrationError(f"APIService {name}: {err.reason}") from err
             if time.monotonic() > deadline:
@@ -295,7 +250,7 @@ async def _answered(cluster: Api, name: str) -> bool:
     its own, a moment after the condition shows; until then it answers 503."""
     try:
         await cluster.call("GET", discovery_path(name))
-    except Refused:
+    except APIError:
         return False
     return True
 
@@ -350,7 +305,7 @@ class Copier:
             try:
                 made = await self.destination.call("POST", collection(resource, key.namespace),
                                                    body)
-            except Refused as err:
+            except APIError as err:
                 if err.status != 409:
                     self.tally.add(key, FAILED, err.reason)
                     return
@@ -358,7 +313,7 @@ class Copier:
                 try:
                     present = Present.of(await self.destination.call("GET",
                                                                      item(resource, key)))
-                except Refused as again:  # and gone again: the next run sees
+                except APIError as again:  # and gone again: the next run sees
                     self.tally.add(key, FAILED, again.reason)
                     return
                 self.held[key] = present
@@ -400,7 +355,7 @@ class Copier:
                    "preconditions": {"resourceVersion": present.resource_version}}
         try:
             await self.destination.call("DELETE", item(resource, key), options)
-        except Refused as err:
+        except APIError as err:
             if err.status == 409:
                 self.tally.add(key, KEPT)
                 return
@@ -418,7 +373,7 @@ class Copier:
                                             "resourceVersion": present.resource_version}}
         try:
             made = await self.destination.call("PUT", item(resource, key), conditional)
-        except Refused as err:
+        except APIError as err:
             if err.status in (404, 409):  # changed or deleted there since: theirs wins
                 self.tally.add(key, KEPT)
             else:
@@ -493,7 +448,7 @@ async def _served(plan: Plan, cluster: Api, store: Api, say: Say) -> list[Resour
     for resource in resources:
         try:
             await cluster.call("GET", f"{CRDS}/{resource.plural}.{resource.group}")
-        except Refused as err:
+        except APIError as err:
             if err.status != 404:
                 raise MigrationError(f"reading the CRDs of {cluster.name}: {err.reason}"
                                      ) from err

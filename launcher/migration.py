@@ -142,14 +142,3 @@ class Tally:
             if len(self.reasons) > reasons_shown:
                 rows.append(f"... and {len(self.reasons) - reasons_shown} more")
         return rows
-
-
-def failure_reason(status: int, body: bytes) -> str:
-    """A refused request's reason, from its Kubernetes Status when it has one."""
-    try:
-        found = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        found = None
-    if isinstance(found, dict) and found.get("message"):
-        return f"{status} {found.get('reason') or ''}: {found['message']}".replace(" :", ":")
-    return f"HTTP {status}: {body[:200].decode(errors='replace')}"

@@ -42,10 +42,11 @@ from apiserver.responses import metrics_page
 from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
 from apiserver.writes import Writer
+from kubeclient import ConfigError, Target, target
 from launcher.agentprocess import AgentProcess, AgentStartError
 from launcher.broker import BrokerError, KafkaBroker
-from launcher.incluster import Cluster, ClusterError, front_proxy_ca, keep_trusting
-from launcher.kubeapi import Reviews, endpoint
+from launcher.incluster import ClusterError, front_proxy_ca, keep_trusting
+from launcher.kubeapi import Reviews
 from pipeline.clickhouse.store import ReportStore, StoreError, redacted
 from pipeline.commit.service import CommitService
 from pipeline.kafka import client as kafka
@@ -119,7 +120,7 @@ class ServeOptions:
     write_kubeconfig: bool = True
     sock: socket.socket | None = None  # the listening socket, bound before start-up
     #: read the client CA (the aggregator's front-proxy CA) from the cluster
-    front_proxy: Cluster | None = None
+    front_proxy: Target | None = None
     #: plain-HTTP /livez and /readyz for the kubelet's probes (the HTTPS
     #: listener may require client certificates the kubelet does not have)
     health_sock: socket.socket | None = None
@@ -307,9 +308,9 @@ async def run(settings: Settings, options: ServeOptions) -> None:
         for role in ("authentication", "authorization"):
             source = getattr(options, role)
             if source:
-                reviews[role] = Reviews(endpoint(source, os.environ),
+                reviews[role] = Reviews(await target(source),
                                         token_ttl=settings.authz_cache_seconds)
-    except ClusterError as err:
+    except ConfigError as err:
         raise StartupError(str(err)) from err
     access = Access(
         request_headers=(options.request_headers or RequestHeaders()) if trusted else None,

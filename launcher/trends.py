@@ -10,7 +10,6 @@ analytics endpoint (chDB allows one process per data directory).
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,14 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
-import yaml
-
-from apiserver.tls import client_context
+from apiserver.tls import ensure_token
 from dashboard import charts, filters
 from dashboard.filters import Filters, Span
 from dashboard.pages import stamp
 from dashboard.series import Series, build, ranked
+from kubeclient import APIError, Client, ConfigError, ConnectionFailed, target
 from pipeline.clickhouse.store import ReportStore
 from pipeline.settings import Settings
 
@@ -67,49 +64,43 @@ class ServerAnalytics:
 
 
 class RunningSystem:
-    """The analytics endpoint of a running ``up``, found through its kubeconfig."""
+    """The analytics endpoint of a running ``up``, reached with its kubeconfig."""
 
     def __init__(self, data_dir: Path):
-        config_file = data_dir / "kubeconfig"
-        if not config_file.exists():
-            raise FileNotFoundError(f"{config_file} does not exist: is `reports-pipeline up"
+        self._kubeconfig = data_dir / "kubeconfig"
+        if not self._kubeconfig.exists():
+            raise FileNotFoundError(f"{self._kubeconfig} does not exist: is `reports-pipeline up"
                                     f" --data-dir {data_dir}` running?")
-        config = yaml.safe_load(config_file.read_text())
-        cluster = config["clusters"][0]["cluster"]
-        self._server = cluster["server"]
-        self.token: str = config["users"][0]["user"]["token"]
-        self._ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        # the name the serving certificate carries, when not the address
-        self._extensions = ({"sni_hostname": cluster["tls-server-name"]}
-                            if cluster.get("tls-server-name") else {})
         self._data_dir = data_dir
-        self._client: httpx.AsyncClient | None = None
+        self._client: Client | None = None
+
+    @property
+    def token(self) -> str:
+        """`up`'s bearer token (the dashboard asks its users for it too)."""
+        return ensure_token(self._data_dir / "tls")
 
     async def check(self) -> None:
         await self.query("SELECT 1 FROM policy_windows LIMIT 1", {})
 
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]:
-        if self._client is None:  # one connection for every query
-            context = client_context(self._ca)
-            self._client = httpx.AsyncClient(
-                base_url=self._server, verify=context, timeout=60,
-                headers={"Authorization": f"Bearer {self.token}"})
         try:
-            response = await self._client.post("/analytics/v1/query",
-                                               json={"query": sql, "parameters": parameters},
-                                               extensions=self._extensions)
-        except httpx.TransportError as err:
-            raise ConnectionError(f"nothing answers at {self._server} ({err}): is"
+            if self._client is None:  # one connection for every query
+                self._client = Client(await target(self._kubeconfig), timeout=60)
+            body = await self._client.json("POST", "/analytics/v1/query",
+                                           body={"query": sql, "parameters": parameters})
+        except ConnectionFailed as err:
+            raise ConnectionError(f"nothing answers at {err.server} ({err.detail}): is"
                                   f" `reports-pipeline up --data-dir {self._data_dir}`"
                                   " running?") from err
-        body = response.json()
-        if response.status_code != 200:
-            raise RuntimeError(body.get("message", response.text))
+        except APIError as err:
+            raise RuntimeError((err.details or {}).get("message") or err.reason) from err
+        except ConfigError as err:
+            raise RuntimeError(str(err)) from err
         return body["columns"], [tuple(r) for r in body["rows"]]
 
     async def aclose(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None
 
 

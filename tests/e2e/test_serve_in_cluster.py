@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from apiserver.tls import ensure_certificate
-from launcher.incluster import CONFIGMAP, Cluster, front_proxy_ca, keep_trusting
+from launcher.incluster import CONFIGMAP, cluster_from_env, front_proxy_ca, keep_trusting
 from tests.certs import issue, pem, write
 from tests.e2e.conftest import BIN
 from tests.kafka import running_broker
@@ -152,7 +152,7 @@ async def test_a_rotated_front_proxy_ca_is_trusted_without_restart(tmp_path: Pat
     old, new = issue("front-proxy-ca"), issue("front-proxy-ca-2")
     stand_in = StandIn(pem(old[0]))
     async with kube_apiserver(stand_in, tmp_path) as pod_env:
-        cluster = Cluster.from_env(pod_env)
+        cluster = cluster_from_env(pod_env)
         first = await front_proxy_ca(cluster)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_verify_locations(cadata=first)
@@ -171,4 +171,4 @@ async def test_a_rotated_front_proxy_ca_is_trusted_without_restart(tmp_path: Pat
 def test_outside_a_pod_the_mistake_is_named() -> None:
     from launcher.incluster import ClusterError
     with pytest.raises(ClusterError, match="give --client-ca instead"):
-        Cluster.from_env({})
+        cluster_from_env({})

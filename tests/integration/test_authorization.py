@@ -27,7 +27,8 @@ from starlette.routing import Route
 from apiserver.app import Access
 from apiserver.authn import RequestHeaders
 from apiserver.tls import ensure_certificate
-from launcher.kubeapi import ACCESS_REVIEWS, TOKEN_REVIEWS, Reviews, endpoint
+from kubeclient import target
+from launcher.kubeapi import ACCESS_REVIEWS, TOKEN_REVIEWS, Reviews
 from launcher.system import System, https_config
 from pipeline.model.resources import RESOURCES
 from tests.certs import issue, write
@@ -107,7 +108,7 @@ async def test_delegated_authentication_and_authorization(
             "certificate-authority-data": base64.b64encode(api_cert.read_bytes()).decode()}}],
         "users": [{"name": "u", "user": {"token": SERVICE_TOKEN}}],
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    reviews = Reviews(endpoint(str(kubeconfig), {}))
+    reviews = Reviews(await target(kubeconfig, {}))
     # the aggregator's front-proxy CA and its client certificate
     front_proxy = issue("front-proxy-ca")
     ca_file, _ = write(front_proxy, tmp_path, "front-proxy-ca")

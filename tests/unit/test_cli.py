@@ -208,8 +208,9 @@ def test_a_reader_of_an_up_that_is_not_running(command: str, tmp_path: Path,
                                                busy_port: int) -> None:
     # the kubeconfig a stopped `up` leaves behind
     (tmp_path / "kubeconfig").write_text(
-        "clusters:\n- cluster: {server: 'https://127.0.0.1:1',"
-        " certificate-authority-data: ''}\nusers:\n- user: {token: t}\n")
+        "current-context: c\ncontexts:\n- {name: c, context: {cluster: k, user: u}}\n"
+        "clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:1'}\n"
+        "users:\n- name: u\n  user: {token: t}\n")
     done, _ = run_cli(command, "--data-dir", str(tmp_path),
                       *(("--port", "0") if command == "dashboard" else ()))
     assert done.returncode == 1

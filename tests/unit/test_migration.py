@@ -18,7 +18,6 @@ from launcher.migration import (
     Tally,
     copy_body,
     digest,
-    failure_reason,
     key_of,
     owned_by_reports,
 )
@@ -113,13 +112,6 @@ def test_the_summary_counts_outcomes_per_resource_and_gives_reasons() -> None:
                              "failed": 1, "skipped": 1}
     assert f"failed: {EPHR.id} a/z: 422 Invalid: results: bad" in lines
     assert tally.total(FAILED) == 1 and tally.seen == 4
-
-
-def test_a_refusal_reads_the_kubernetes_status() -> None:
-    status = (b'{"kind":"Status","status":"Failure","reason":"Invalid",'
-              b'"message":"results[0].result: Unsupported value"}')
-    assert failure_reason(422, status) == "422 Invalid: results[0].result: Unsupported value"
-    assert failure_reason(502, b"bad gateway") == "HTTP 502: bad gateway"
 
 
 def test_the_switch_takes_the_charts_three_apiservices_and_nothing_else() -> None:
