@@ -198,3 +198,17 @@ def test_a_certificate_given_as_the_authority_is_trusted_itself(ca: Authority) -
     cert, _ = ca.issue("server", hosts=["127.0.0.1"])
     context = client_context(ca_pem=cert.read_text())
     assert context.verify_flags & ssl.VERIFY_X509_PARTIAL_CHAIN
+
+
+async def test_an_exec_plugins_token(tmp_path: Path) -> None:
+    plugin = tmp_path / "credential"
+    plugin.write_text('#!/bin/sh\necho \'{"apiVersion": "client.authentication.k8s.io/v1",'
+                      ' "kind": "ExecCredential", "status": {"token": "from-exec"}}\'\n')
+    plugin.chmod(0o755)
+    config = write(tmp_path / "config", clusters={"k": {"server": "https://x"}},
+                   users={"u": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                         "command": str(plugin),
+                                         "interactiveMode": "Never"}}},
+                   contexts={"c": ("k", "u")}, current="c")
+    found = await target(config, {})
+    assert await found.headers() == {"Authorization": "Bearer from-exec"}
