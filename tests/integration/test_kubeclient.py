@@ -93,6 +93,18 @@ def kubeconfig(path: Path, cluster: dict[str, object], user: dict[str, object]) 
     return path
 
 
+@contextlib.asynccontextmanager
+async def loopback(tmp_path: Path) -> AsyncIterator[tuple[Server, Path]]:
+    """A server with a certificate of a CA of its own, and a kubeconfig
+    trusting that CA, without credentials."""
+    ca = Authority(tmp_path, "ca")
+    cert, key = ca.issue("server", hosts=["127.0.0.1"])
+    async with serving(serving_context(cert, key)) as server:
+        yield server, kubeconfig(tmp_path / "config", {
+            "server": f"https://127.0.0.1:{server.port}",
+            "certificate-authority": str(ca.file)}, {})
+
+
 def b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
@@ -138,12 +150,7 @@ async def test_tls_server_name_and_a_client_certificate(tmp_path: Path) -> None:
 
 
 async def test_what_the_server_did_not_serve_is_sent_again(tmp_path: Path) -> None:
-    ca = Authority(tmp_path, "ca")
-    cert, key = ca.issue("server", hosts=["127.0.0.1"])
-    async with serving(serving_context(cert, key)) as server:
-        config = kubeconfig(tmp_path / "config", {
-            "server": f"https://127.0.0.1:{server.port}",
-            "certificate-authority": str(ca.file)}, {})
+    async with loopback(tmp_path) as (server, config):
         async with Client(await target(config, {}), retries=3) as client:
             server.answers = [(429, {"Retry-After": "0"}, b""),
                               (503, {"Retry-After": "0"}, b""), (201, {}, b'{"ok":1}')]
@@ -164,12 +171,7 @@ async def test_what_the_server_did_not_serve_is_sent_again(tmp_path: Path) -> No
 
 
 async def test_a_watch_is_read_a_whole_line_at_a_time(tmp_path: Path) -> None:
-    ca = Authority(tmp_path, "ca")
-    cert, key = ca.issue("server", hosts=["127.0.0.1"])
-    async with serving(serving_context(cert, key)) as server:
-        config = kubeconfig(tmp_path / "config", {
-            "server": f"https://127.0.0.1:{server.port}",
-            "certificate-authority": str(ca.file)}, {})
+    async with loopback(tmp_path) as (server, config):
         long = "x" * 100_000
         server.answers = [(200, {"stream": "1"},
                            b'{"type":"ADDED","n":1}\n\n{"type":"MODIFIED","s":"' + long.encode()
