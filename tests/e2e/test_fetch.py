@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import BIN
+
 pytestmark = pytest.mark.e2e
 
 FETCH = """
 import asyncio, sys
 from pathlib import Path
 import launcher.broker as broker
-broker.FETCH_PAUSES = (0.0, 0.2, 0.2)
 try:
     print(asyncio.run(broker.ensure_jars(Path(sys.argv[1]), progress=lambda m: None)))
 except broker.BrokerError as err:
@@ -28,34 +29,41 @@ except broker.BrokerError as err:
 """
 
 
-def fetch(cache: Path, home: Path, *, offline: bool) -> subprocess.CompletedProcess[str]:
-    # Maven's local repository is under Java's user.home, which ignores $HOME
-    env = {**os.environ, "HOME": str(home), "MAVEN_OPTS": f"-Duser.home={home}"}
-    argv = [sys.executable, "-c", FETCH, str(cache)]
-    return subprocess.run(["unshare", "-n", *argv] if offline else argv, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+def fresh(home: Path) -> dict[str, str]:
+    """A machine with nothing cached: Maven's local repository is under Java's
+    user.home, which ignores $HOME."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KAFKA_BOOTSTRAP", "REPORTS_KAFKA_CACHE", "XDG_CACHE_HOME")}
+    return {**env, "HOME": str(home), "MAVEN_OPTS": f"-Duser.home={home}"}
 
 
 @pytest.mark.timeout(700)
 def test_a_failed_fetch_says_what_to_do_and_is_tried_again(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("a network namespace of the test's own needs root")
-    cache, home = tmp_path / "cache", tmp_path / "home"
+    home = tmp_path / "home"
     home.mkdir()
 
-    offline = fetch(cache, home, offline=True)
+    # `up` where no registry is reachable, as in a network namespace of a test's
+    offline = subprocess.run(["unshare", "-n", str(BIN / "reports-pipeline"), "up",
+                              "--data-dir", str(tmp_path / "data")], env=fresh(home),
+                             capture_output=True, text=True, timeout=600, check=False)
     assert offline.returncode == 1
-    lines = offline.stderr.strip().splitlines()
-    assert len(lines) == 1, offline.stderr
-    assert "could not fetch Apache Kafka" in lines[0]
-    assert "after 3 attempts" in lines[0]
-    assert "Maven's proxy settings" in lines[0] and "KAFKA_BOOTSTRAP" in lines[0]
-    assert "repo.maven.apache.org" in lines[0]  # what could not be reached
+    said = offline.stderr.strip().splitlines()
+    assert [line for line in said if not line.startswith("reports-pipeline: ")] == said[-1:]
+    failed = said[-1]
+    assert failed.startswith("reports-pipeline up: could not fetch Apache Kafka"), said
+    assert "after 3 attempts" in failed
+    assert "Maven's proxy settings" in failed and "KAFKA_BOOTSTRAP" in failed
+    assert "repo.maven.apache.org" in failed  # what could not be reached
+    assert sum("trying again" in line for line in said) == 2
+    cache = home / ".cache" / "reports-pipeline"
     version = next(cache.iterdir())
     assert not (version / "libs").exists() and not (version / "libs.partial").exists()
     assert list((home / ".m2").rglob("*.lastUpdated")), "Maven recorded no failure"
 
-    online = fetch(cache, home, offline=False)
+    online = subprocess.run([sys.executable, "-c", FETCH, str(cache)], env=fresh(home),
+                            capture_output=True, text=True, timeout=600, check=False)
     assert online.returncode == 0, online.stderr[-3000:]
     libs = Path(online.stdout.strip())
     assert libs == version / "libs"
