@@ -12,6 +12,7 @@ COPY pipeline pipeline
 COPY launcher launcher
 COPY bench bench
 COPY dashboard dashboard
+COPY kubeclient kubeclient
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # Run: the installed wheels only, as a user without privileges.

@@ -31,6 +31,17 @@ def build_stage_copies(dockerfile: str) -> list[tuple[str, str]]:
     return copies
 
 
+def packaged() -> list[str]:
+    """The top-level packages pyproject.toml puts in the wheel."""
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return [pattern.rstrip("*") for pattern in find["packages"]["find"]["include"]]
+
+
+def test_the_build_stage_copies_every_packaged_package() -> None:
+    copied = {source for source, _ in build_stage_copies((ROOT / "Dockerfile").read_text())}
+    assert set(packaged()) <= copied, set(packaged()) - copied
+
+
 def test_the_wheel_built_from_the_dockerfiles_files_runs(tmp_path: Path) -> None:
     context = tmp_path / "context"
     context.mkdir()
@@ -65,7 +76,7 @@ def test_the_wheel_built_from_the_dockerfiles_files_runs(tmp_path: Path) -> None
     assert "up" in helped.stdout and "bench" in helped.stdout
     # every runtime module imports from the installed wheel alone
     modules = sorted({".".join(p.relative_to(ROOT).with_suffix("").parts)
-                      for package in ("apiserver", "pipeline", "launcher", "bench", "dashboard")
+                      for package in packaged()
                       for p in (ROOT / package).rglob("*.py") if p.name != "__init__.py"})
     where = subprocess.run([str(python), "-c", "import importlib, sys\n"
                             "for m in sys.argv[1:]: importlib.import_module(m)\n"
