@@ -35,6 +35,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from pipeline.model.topics import MAX_MESSAGE_BYTES
+from pipeline.runtime.logs import quiet
 from pipeline.runtime.processes import die_with_parent
 
 log = logging.getLogger(__name__)
@@ -334,34 +335,24 @@ class KafkaBroker:
             port = free_port()
         if not (controller and controller != port and _port_free(controller)):
             controller = free_port()
-        cluster_id = saved.get("cluster_id") or _cluster_id()
+        cid = saved.get("cluster_id") or cluster_id()
         state.write_text(json.dumps({"port": port, "controller_port": controller,
-                                     "cluster_id": cluster_id}))
-        return port, controller, cluster_id
+                                     "cluster_id": cid}))
+        return port, controller, cid
 
     def _java_command(self, libs: Path, main: str, *args: str) -> list[str]:
-        # The client compiler only (C1): the optimizing one (C2) spent more of
-        # the machine than the broker's request handling itself for the first
-        # minute or two of load (1.4 ms of CPU per write against 1.0-1.2),
-        # on the cores the frontend needs then; C1's code handles the same
-        # requests for about 0.1 ms more each.
-        return [_java(), f"-Xms{self._heap}", f"-Xmx{self._heap}", "-XX:+UseSerialGC",
-                "-XX:+AlwaysPreTouch", "-XX:MaxMetaspaceSize=256m", "-Xss512k",
-                "-XX:-UsePerfData", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1",
-                "-Djava.awt.headless=true", f"-Dkafka.logs.dir={self.layout.root}",
-                f"-Dlog4j2.configurationFile={self.layout.log4j}",
-                "-cp", f"{libs}/*", main, *args]
+        return java_command(libs, self._heap, self.layout, main, *args)
 
     async def start(self, timeout: float = 60.0) -> None:
         libs = await ensure_jars(self._cache, progress=self._progress)
         layout = self.layout
         layout.logs.mkdir(parents=True, exist_ok=True)
-        self.port, controller, cluster_id = self._ports()
+        self.port, controller, cid = self._ports()
         layout.config.write_text(server_properties(port=self.port, controller_port=controller,
                                                    logs=layout.logs))
         layout.log4j.write_text(log4j_properties(layout.log_file))
         if not (layout.logs / "meta.properties").exists():
-            await self._format(libs, cluster_id)
+            await format_storage(libs, self._heap, layout, cid)
         out = open(layout.console, "ab")  # noqa: SIM115 - handed to the child
         try:
             # A session of its own: Ctrl-C in a terminal (SIGINT to the whole
@@ -381,18 +372,6 @@ class KafkaBroker:
             await self.stop()
             raise
 
-    async def _format(self, libs: Path, cluster_id: str) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            *self._java_command(libs, "kafka.tools.StorageTool", "format",
-                                f"--cluster-id={cluster_id}", "--config",
-                                str(self.layout.config), "--ignore-formatted"),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            stdin=asyncio.subprocess.DEVNULL)
-        output, _ = await proc.communicate()
-        if proc.returncode != 0:
-            raise BrokerError(f"formatting Kafka's log directory {self.layout.logs} failed:\n"
-                              + output.decode(errors="replace"))
-
     async def _wait_ready(self, timeout: float) -> None:
         """Until the broker answers metadata requests (it accepts connections a
         little before it can serve them)."""
@@ -403,7 +382,7 @@ class KafkaBroker:
                     if self._proc.returncode is not None:
                         raise BrokerError(f"the Kafka broker exited with {self._proc.returncode}:"
                                           f"\n{self._log_tail()}")
-                    if await _answers(self.bootstrap):
+                    if await answers(self.bootstrap):
                         return
                     await asyncio.sleep(0.1)
         except TimeoutError as err:
@@ -431,7 +410,38 @@ class KafkaBroker:
             await proc.wait()
 
 
-def _cluster_id() -> str:
+def java_command(libs: Path, heap: str, layout: BrokerLayout, main: str, *args: str
+                 ) -> list[str]:
+    """A Kafka tool or server (``main``) on the cached jars, logging under
+    ``layout``. The client compiler only (C1): the optimizing one (C2) spent
+    more of the machine than the broker's request handling itself for the
+    first minute or two of load (1.4 ms of CPU per write against 1.0-1.2),
+    on the cores the frontend needs then; C1's code handles the same requests
+    for about 0.1 ms more each."""
+    return [_java(), f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseSerialGC",
+            "-XX:+AlwaysPreTouch", "-XX:MaxMetaspaceSize=256m", "-Xss512k",
+            "-XX:-UsePerfData", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1",
+            "-Djava.awt.headless=true", f"-Dkafka.logs.dir={layout.root}",
+            f"-Dlog4j2.configurationFile={layout.log4j}",
+            "-cp", f"{libs}/*", main, *args]
+
+
+async def format_storage(libs: Path, heap: str, layout: BrokerLayout, cluster_id: str) -> None:
+    """Format a KRaft node's log directories for ``cluster_id`` (once: a
+    formatted directory is left as it is)."""
+    proc = await asyncio.create_subprocess_exec(
+        *java_command(libs, heap, layout, "kafka.tools.StorageTool", "format",
+                      f"--cluster-id={cluster_id}", "--config", str(layout.config),
+                      "--ignore-formatted"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        stdin=asyncio.subprocess.DEVNULL)
+    output, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise BrokerError(f"formatting Kafka's log directory {layout.logs} failed:\n"
+                          + output.decode(errors="replace"))
+
+
+def cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes in URL-safe base64, unpadded, not
     starting with '-' (as Kafka's own ``Uuid.randomUuid``)."""
     while True:
@@ -440,7 +450,9 @@ def _cluster_id() -> str:
             return value
 
 
-async def _answers(bootstrap: str) -> bool:
+async def answers(bootstrap: str, brokers: int = 1) -> bool:
+    """Whether the Kafka at ``bootstrap`` serves metadata with ``brokers``
+    brokers registered, and its group and transaction coordinators."""
     port = int(bootstrap.rsplit(":", 1)[1])
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -450,16 +462,20 @@ async def _answers(bootstrap: str) -> bool:
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
-    try:
-        await admin.start()
-        await admin.describe_cluster()
-        # Groups and transactions need their coordinators (and their topics,
-        # made on first use): clients would log errors while they load.
-        await admin.find_coordinator("reports-pipeline", 0)
-        await admin.find_coordinator("reports-pipeline", 1)
-        return True
-    except (KafkaError, OSError):
-        return False
-    finally:
-        with contextlib.suppress(KafkaError, OSError):
-            await admin.close()
+    # a node of a cluster still starting, or stopped on purpose, is no error
+    with quiet("aiokafka"):
+        try:
+            await admin.start()
+            if len((await admin.describe_cluster())["brokers"]) < brokers:
+                return False
+            # Groups and transactions need their coordinators (and their
+            # topics, made on first use): clients would log errors while
+            # they load.
+            await admin.find_coordinator("reports-pipeline", 0)
+            await admin.find_coordinator("reports-pipeline", 1)
+            return True
+        except (KafkaError, OSError):
+            return False
+        finally:
+            with contextlib.suppress(KafkaError, OSError):
+                await admin.close()

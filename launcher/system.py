@@ -239,7 +239,11 @@ class System:
             stack.push_async_callback(broker.stop)  # bounded: it kills what does not stop
             self.bootstrap = broker.bootstrap
             self.broker = broker
-        await kafka.ensure_topics(settings, self.bootstrap)
+        replicated = await kafka.ensure_topics(settings, self.bootstrap)
+        # every part, Faust's topics included, replicates as the system's own
+        self.settings = settings = replace(
+            settings, replication_factor=replicated.factor,
+            min_insync_replicas=replicated.min_insync)
         # what the committer publishes, its readers here take rather than parse
         published = Published()
 

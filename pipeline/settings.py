@@ -84,6 +84,17 @@ class Settings:
     record per key); window records older than this are deleted. Current counts
     are published again every day, so they never age out."""
 
+    replication_factor: int = 0
+    """REPORTS_REPLICATION_FACTOR: replicas of every topic the system creates, its
+    own (public and internal) and Faust's; 0: 3 where the Kafka cluster has
+    three or more brokers, else as many as it has. A topic that exists keeps
+    its replicas (the log says when they are fewer)."""
+
+    min_insync_replicas: int = 0
+    """REPORTS_MIN_INSYNC_REPLICAS: ``min.insync.replicas`` of those topics, the
+    replicas a write must reach before it is acknowledged; 0: 2 where they
+    have three or more replicas, else 1."""
+
     transactional_id: str = ""
     """REPORTS_TRANSACTIONAL_ID: the committer's Kafka transactional.id (default
     ``<prefix>-committer``). Every worker of one deployment uses the same, so a

@@ -82,7 +82,7 @@ def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
         web_enabled=False,
         datadir=str(data_dir / "faust"),
         topic_partitions=1,
-        topic_replication_factor=1,
+        topic_replication_factor=max(settings.replication_factor, 1),
         producer_acks=-1,
         producer_linger=0.0,
         producer_max_batch_size=kafka.MAX_BATCH_BYTES,
@@ -100,14 +100,18 @@ def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
     # Faust pauses every stream while it holds more than this; a batch of
     # changes updates many keys at once.
     app.producer.buffer.max_messages = 20_000
+    replicated = ({"min.insync.replicas": str(settings.min_insync_replicas)}
+                  if settings.min_insync_replicas else {})
     changes = app.topic(settings.changes_topic, key_serializer="raw", value_serializer="raw",
                         partitions=1, internal=False)
 
     contributions = cast(Table, app.Table(f"{settings.topic_prefix}-contributions",
                                           default=None, partitions=1, key_type=str,
-                                          use_partitioner=True))
+                                          use_partitioner=True,
+                                          extra_topic_configs=replicated))
     activity_table = cast(Table, app.Table(f"{settings.topic_prefix}-activity", default=int,
-                                           partitions=1, key_type=str, use_partitioner=True))
+                                           partitions=1, key_type=str, use_partitioner=True,
+                                           extra_topic_configs=replicated))
     activity = activity_table.tumbling(
         settings.window_seconds,
         expires=timedelta(seconds=settings.window_seconds * WINDOWS_KEPT))

@@ -356,10 +356,12 @@ class Unreachable(ConnectionError):
     """No Kafka broker answers at the bootstrap address."""
 
 
-async def ensure_topics(settings: Settings, bootstrap: str) -> None:
-    """Create the pipeline's topics with their policies (``pipeline.model.topics``),
-    and bring the policies of existing ones up to date. Each has one
-    partition: the change log's order is the resourceVersion order."""
+async def ensure_topics(settings: Settings, bootstrap: str) -> topics.Replication:
+    """Create the pipeline's topics with their policies (``pipeline.model.topics``)
+    and the replication the cluster allows (``topics.replication``), and bring
+    the policies of existing ones up to date. Each has one partition: the
+    change log's order is the resourceVersion order. Returns the replication,
+    which Faust's own topics take too."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         with quiet("aiokafka"):
@@ -368,10 +370,12 @@ async def ensure_topics(settings: Settings, bootstrap: str) -> None:
         await admin.close()
         raise Unreachable(f"no Kafka broker answers at {bootstrap}") from err
     try:
-        wanted = topics.specs(settings)
+        brokers = len((await admin.describe_cluster())["brokers"])
+        replicated = topics.replication(settings, brokers)
+        wanted = topics.specs(settings, replicated)
         existing = set(await admin.list_topics())
-        missing = [NewTopic(t.name, 1, 1, topic_configs=t.config) for t in wanted
-                   if t.name not in existing]
+        missing = [NewTopic(t.name, 1, replicated.factor, topic_configs=t.config)
+                   for t in wanted if t.name not in existing]
         if missing:
             try:
                 await admin.create_topics(missing)
@@ -380,8 +384,23 @@ async def ensure_topics(settings: Settings, bootstrap: str) -> None:
         present = [t for t in wanted if t.name in existing]
         if present:
             await _align_configs(admin, present)
+            await _report_replicas(admin, [t.name for t in present], replicated.factor)
     finally:
         await admin.close()
+    return replicated
+
+
+async def _report_replicas(admin: AIOKafkaAdminClient, names: list[str], wanted: int) -> None:
+    """Say which existing topics have fewer replicas than wanted: adding
+    replicas moves data, an operator's decision (kafka-reassign-partitions.sh)."""
+    fewer = []
+    for topic in await admin.describe_topics(names):
+        counts = {len(p["replicas"]) for p in topic["partitions"]}
+        if counts and min(counts) < wanted:
+            fewer.append(f"{topic['topic']} ({min(counts)})")
+    if fewer:
+        log.warning("topics with fewer than %d replicas: %s; add replicas with"
+                    " kafka-reassign-partitions.sh", wanted, ", ".join(fewer))
 
 
 async def _align_configs(admin: AIOKafkaAdminClient, specs: list[topics.TopicSpec]) -> None:

@@ -26,6 +26,28 @@ PARTITION = 0
 
 
 @dataclass(frozen=True)
+class Replication:
+    """How many copies of each topic the cluster keeps, and how many a write
+    must reach."""
+
+    factor: int
+    min_insync: int
+
+
+def replication(settings: Settings, brokers: int) -> Replication:
+    """The replication of the system's topics on a cluster of ``brokers``:
+    the settings', else three replicas with two in sync wherever the cluster
+    has three brokers or more (what survives the loss of one machine while
+    writes go on), else one per broker. Pure."""
+    factor = settings.replication_factor or min(3, max(brokers, 1))
+    min_insync = settings.min_insync_replicas or (2 if factor >= 3 else 1)
+    if min_insync > factor:
+        raise ValueError(f"REPORTS_MIN_INSYNC_REPLICAS={min_insync} is more than the"
+                         f" {factor} replicas of each topic: no write could succeed")
+    return Replication(factor, min_insync)
+
+
+@dataclass(frozen=True)
 class TopicSpec:
     name: str
     role: str
@@ -36,8 +58,10 @@ def _ms(hours: float) -> str:
     return str(int(hours * HOUR_MS))
 
 
-def specs(settings: Settings) -> list[TopicSpec]:
+def specs(settings: Settings, replicated: Replication | None = None) -> list[TopicSpec]:
     base = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+    if replicated is not None:
+        base["min.insync.replicas"] = str(replicated.min_insync)
     short = _ms(settings.requests_retention_minutes / 60)
     transient = {**base, "cleanup.policy": "delete", "retention.ms": short,
                  # Retention removes whole segments: roll them often enough.

@@ -209,3 +209,19 @@ def test_readmes_install_command_renders(helm: str) -> None:
     [container] = by_kind(docs, "Deployment")["reports-pipeline-frontend"]["spec"]["template"][
         "spec"]["containers"]
     assert container["image"].startswith("registry.example/reports-pipeline:")
+
+
+def test_the_topics_replication_is_a_value(helm: str) -> None:
+    for values, factor, isr in (((), "0", "0"),
+                                (("kafka.replicationFactor=3", "kafka.minInsyncReplicas=2"),
+                                 "3", "2")):
+        checked = []
+        for name, deployment in by_kind(render(helm, *values), "Deployment").items():
+            if "dashboard" in name or "kafka" in name:
+                continue
+            checked.append(name)
+            for container in deployment["spec"]["template"]["spec"]["containers"]:
+                env = {e["name"]: e.get("value") for e in container["env"]}
+                assert (env["REPORTS_REPLICATION_FACTOR"], env["REPORTS_MIN_INSYNC_REPLICAS"]) \
+                    == (factor, isr), name
+        assert len(checked) >= 2, checked  # the frontend's and the worker's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
 import yaml
 from aiokafka.errors import ConcurrentTransactions
@@ -13,6 +14,7 @@ from aiokafka.producer.sender import AddPartitionsToTxnHandler
 from aiokafka.producer.transaction_manager import TransactionManager
 
 from launcher.broker import _port_free, kafka_version, server_properties
+from launcher.kafkacluster import node_properties
 from pipeline.kafka.client import CONCURRENT_TRANSACTIONS_BACKOFF_S, FlushSentProducer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,3 +90,53 @@ async def test_a_commit_flushes_what_the_agents_had_sent_not_until_they_stop() -
     producer._transaction_producers = {}
     await producer.flush()
     assert asked == [7, "kafka"]
+
+
+def _merged_compose() -> dict[str, Any]:
+    """docker-compose.yml with the three-broker profile over it, merged as
+    Compose merges: mappings key by key, the rest replaced."""
+    def merge(base: Any, over: Any) -> Any:
+        if isinstance(base, dict) and isinstance(over, dict):
+            return {**base, **{k: merge(base.get(k), v) for k, v in over.items()}}
+        return over
+    base = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    over = yaml.safe_load((ROOT / "docker-compose.replicated.yml").read_text())
+    return cast(dict[str, Any], merge(base, over))
+
+
+def test_composes_three_broker_profile_is_one_replicated_cluster() -> None:
+    services = _merged_compose()["services"]
+    nodes = {name: s for name, s in services.items() if name.startswith("kafka")}
+    assert len(nodes) == 3
+    assert {s["image"] for s in nodes.values()} == {f"apache/kafka:{kafka_version()}"}
+    envs = [s["environment"] for s in nodes.values()]
+    voters = {f"{e['KAFKA_NODE_ID']}@{name}:9093" for name, e in zip(nodes, envs, strict=True)}
+    for env in envs:
+        assert set(env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")) == voters
+        assert env["CLUSTER_ID"] == envs[0]["CLUSTER_ID"]
+        assert (env["KAFKA_DEFAULT_REPLICATION_FACTOR"], env["KAFKA_MIN_INSYNC_REPLICAS"]) \
+            == ("3", "2")
+        assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2"
+        assert "KAFKA_TRANSACTION_PARTITION_VERIFICATION_ENABLE" not in env
+    for name in ("reports", "worker"):
+        bootstrap = services[name]["environment"]["KAFKA_BOOTSTRAP"].split(",")
+        assert bootstrap == [f"{n}:9092" for n in nodes], name
+    host_ports = [p for s in nodes.values() for p in s["ports"]]
+    assert len(set(host_ports)) == 3
+
+
+def test_the_three_broker_cluster_is_kafkas_defaults_and_productions_two(
+        tmp_path: Path) -> None:
+    props = dict(line.split("=", 1) for line in node_properties(
+        node=2, port=9092, controller_port=9093, voters="1@a:1,2@b:2,3@c:3",
+        logs=tmp_path).splitlines())
+    assert (props["default.replication.factor"], props["min.insync.replicas"]) == ("3", "2")
+    assert props["node.id"] == "2" and props["controller.quorum.voters"] == "1@a:1,2@b:2,3@c:3"
+    # none of the single node's departures from Kafka's defaults
+    single = dict(line.split("=", 1) for line in server_properties(
+        port=9092, controller_port=9093, logs=tmp_path).splitlines())
+    kept = {"process.roles", "node.id", "controller.quorum.voters", "listeners",
+            "advertised.listeners", "controller.listener.names", "inter.broker.listener.name",
+            "listener.security.protocol.map", "log.dirs", "log.cleaner.dedupe.buffer.size"}
+    assert set(props) & set(single) == kept

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.model.topics import HOUR_MS, specs
+import pytest
+
+from pipeline.model.topics import HOUR_MS, Replication, replication, specs
 from pipeline.settings import Settings
 
 
@@ -24,3 +26,25 @@ def test_each_topic_has_a_policy_for_its_role() -> None:
     assert by_name["p.summaries"]["cleanup.policy"] == "compact,delete"
     assert by_name["p.result-events"]["cleanup.policy"] == "delete"
     assert all(int(c["max.message.bytes"]) >= 3 * 1024 * 1024 for c in by_name.values())
+
+
+def test_three_replicas_two_in_sync_wherever_the_cluster_has_three_brokers() -> None:
+    defaults = Settings.from_env({})
+    assert replication(defaults, 1) == Replication(1, 1)
+    assert replication(defaults, 2) == Replication(2, 1)
+    assert replication(defaults, 3) == Replication(3, 2)
+    assert replication(defaults, 6) == Replication(3, 2)
+    # a setting wins; min ISR follows the factor unless set too
+    chosen = Settings.from_env({"REPORTS_REPLICATION_FACTOR": "5"})
+    assert replication(chosen, 6) == Replication(5, 2)
+    assert replication(Settings.from_env({"REPORTS_MIN_INSYNC_REPLICAS": "3"}), 5) \
+        == Replication(3, 3)
+    with pytest.raises(ValueError, match="no write could succeed"):
+        replication(Settings.from_env({"REPORTS_REPLICATION_FACTOR": "2",
+                                       "REPORTS_MIN_INSYNC_REPLICAS": "3"}), 3)
+
+
+def test_every_topic_takes_the_min_insync_replicas() -> None:
+    settings = Settings.from_env({})
+    assert all("min.insync.replicas" not in t.config for t in specs(settings))
+    assert {t.config["min.insync.replicas"] for t in specs(settings, Replication(3, 2))} == {"2"}

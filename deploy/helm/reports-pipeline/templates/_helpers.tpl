@@ -21,6 +21,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
   value: {{ .Values.topicPrefix | quote }}
 - name: REPORTS_CLUSTER
   value: {{ .Values.cluster | quote }}
+- name: REPORTS_REPLICATION_FACTOR
+  value: {{ .Values.kafka.replicationFactor | quote }}
+- name: REPORTS_MIN_INSYNC_REPLICAS
+  value: {{ .Values.kafka.minInsyncReplicas | quote }}
 {{- end -}}
 
 {{- define "rp.kafkaBootstrap" -}}
