@@ -14,8 +14,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from apiserver.errors import FromStatus, Timeout, Unavailable
-from pipeline.commit.service import NotDecided, OutcomeUnknown
+from apiserver.errors import FromStatus, Unavailable
+from pipeline.commit.service import NotDecided, OutcomeUnknown, Stalled
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import DecodeError, Reply, WriteRequest
 from pipeline.model.objects import object_key
@@ -112,9 +112,10 @@ class Writer:
             reply = await asyncio.wait_for(answer, self._settings.write_timeout)
         except NotDecided:
             return None
+        except Stalled as err:
+            raise Unavailable(f"cannot commit writes now: {err}", retry_after=1) from err
         except (TimeoutError, OutcomeUnknown) as err:
-            raise Timeout("the write was not confirmed in time; its outcome is unknown",
-                          retry_after=1) from err
+            raise _unconfirmed() from err
         metrics.stage("produce").observe(0.0)  # nothing to publish
         metrics.stage("commit").observe(time.perf_counter() - started)
         return reply
@@ -127,20 +128,32 @@ class Writer:
         try:
             started = time.perf_counter()
             try:
-                await self._producer.send_and_wait(
-                    self._settings.requests_topic, req.encode(),
-                    key=object_key(req.resource, req.namespace, req.name).encode(),
-                    partition=PARTITION)
+                async with asyncio.timeout(self._settings.write_timeout):
+                    await self._producer.send_and_wait(
+                        self._settings.requests_topic, req.encode(),
+                        key=object_key(req.resource, req.namespace, req.name).encode(),
+                        partition=PARTITION)
             except KafkaError as err:
                 raise Unavailable(f"cannot publish the write: {err}", retry_after=1) from err
+            except TimeoutError as err:
+                raise _unconfirmed() from err  # the request may still arrive
             produced = time.perf_counter()
             try:
                 reply = await asyncio.wait_for(fut, self._settings.write_timeout)
             except TimeoutError as err:
-                raise Timeout("the write was not confirmed in time; its outcome is unknown",
-                              retry_after=1) from err
+                raise _unconfirmed() from err
             metrics.stage("produce").observe(produced - started)
             metrics.stage("commit").observe(time.perf_counter() - produced)
         finally:
             self._pending.pop(req.id, None)
         return reply
+
+
+def _unconfirmed() -> Unavailable:
+    """A write Kafka has not confirmed in time: 503 with Retry-After, as
+    every refusal while Kafka is unavailable. It may still be committed: a
+    client trying again meets its result (409 AlreadyExists or Conflict, for
+    a create or a write with its resourceVersion)."""
+    return Unavailable("the write was not confirmed in time: Kafka is unavailable, and"
+                       " the write may still be committed; read the object before"
+                       " writing it again", retry_after=1)

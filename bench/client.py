@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
@@ -34,7 +34,7 @@ class Client:
         self._connections = connections
         self._client: kubeclient.Client | None = None
 
-    async def __aenter__(self) -> Client:
+    async def __aenter__(self) -> Self:
         target = await kubeclient.target(self._kubeconfig)
         self._client = kubeclient.Client(target, user_agent="reports-pipeline-bench",
                                          connections=self._connections, timeout=None,

@@ -23,9 +23,11 @@ import logging
 import os
 import random
 import secrets
+import shutil
 import signal
 import statistics
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Coroutine
@@ -35,6 +37,7 @@ from typing import Any
 
 from apiserver import schema
 from apiserver.authn import RequestHeaders
+from bench import faults as bench_faults
 from bench.figures import Report
 from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
@@ -46,6 +49,7 @@ from launcher import demo, migrate
 from launcher.broker import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.incluster import ClusterError, cluster_from_env
+from launcher.kafkacluster import KafkaCluster
 from launcher.serving import serve
 from launcher.system import (
     AlreadyRunning,
@@ -418,10 +422,61 @@ def _parser() -> argparse.ArgumentParser:
                             " (default: a temporary directory, removed afterwards)")
     bench.add_argument("--output", type=Path, default=Path("bench-results.json"),
                        help="where the figures are written as JSON")
+    bench.add_argument("--kafka-brokers", type=int, default=0, metavar="N",
+                       help="instead: start a Kafka cluster of N KRaft nodes on loopback"
+                            " (production defaults: 3 replicas, 2 in sync), run `up` against"
+                            " it and break its brokers under load, one fault after another"
+                            " (--faults); print each fault's outage, p99 and errors")
+    bench.add_argument("--faults", default=",".join(bench_faults.FAULTS),
+                       help="the faults of --kafka-brokers, in order (default: all)")
+    bench.add_argument("--fault-seconds", type=float, default=30.0,
+                       help="seconds of load before each fault and after it is over")
     return parser
 
 
+def _bench_faults(args: argparse.Namespace) -> int:
+    """``bench --kafka-brokers N``: the fault phases against a cluster this
+    process starts and stops."""
+    names = [n.strip() for n in args.faults.split(",") if n.strip()]
+    unknown = [n for n in names if n not in bench_faults.FAULTS]
+    if unknown or args.kafka_brokers < 3:
+        print(f"reports-pipeline bench: --faults: unknown {', '.join(unknown)} (known:"
+              f" {', '.join(bench_faults.FAULTS)})" if unknown else
+              "reports-pipeline bench: --kafka-brokers needs 3 nodes or more", file=sys.stderr)
+        return 2
+    base = args.data_dir or Path(tempfile.mkdtemp(prefix="reports-faults-"))
+
+    async def faults() -> Report:
+        cluster = KafkaCluster(base / "kafka", nodes=args.kafka_brokers,
+                               progress=lambda m: print(f"-- {m}", flush=True))
+        await cluster.start()
+        try:
+            return await bench_faults.run(
+                cluster, base / "system", names, before=args.fault_seconds,
+                after=args.fault_seconds, progress=lambda m: print(f"-- {m}", flush=True))
+        finally:
+            await cluster.stop()
+
+    try:
+        report = asyncio.run(_stopped_by_sigterm(faults()))
+    except (OSError, RuntimeError, KubeClientError) as err:
+        print(f"reports-pipeline bench: {err}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("reports-pipeline bench: stopped", file=sys.stderr)
+        return 130
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+    print(report.table())
+    written = write_json(report, args.output)
+    print("figures written to " + " and ".join(str(p) for p in written))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
+    if args.kafka_brokers:
+        return _bench_faults(args)
     options = BenchOptions.quick() if args.quick else BenchOptions()
     overrides = {k: v for k, v in vars(args).items()
                  if k in BenchOptions.__dataclass_fields__ and v is not None}

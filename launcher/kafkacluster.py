@@ -136,6 +136,9 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes)
 
+    def node_ids(self) -> list[int]:
+        return [n.id for n in self.nodes]
+
     def node(self, node_id: int) -> KafkaNode:
         return self.nodes[node_id - 1]
 

@@ -71,6 +71,18 @@ class OutcomeUnknown(RuntimeError):
     failed: it may or may not have been committed."""
 
 
+class Stalled(RuntimeError):
+    """The committer's batch has waited on Kafka for longer than
+    :data:`STALL_SECONDS`: a request handed over now is refused undecided
+    (writers are told at once to try again, rather than wait out their
+    timeout behind it)."""
+
+
+#: How long a batch may wait on Kafka before new requests are refused. A
+#: transaction takes milliseconds; a leader election a few seconds.
+STALL_SECONDS = 3.0
+
+
 @dataclass(frozen=True)
 class _Local:
     """A request handed over in process, its answer, and when (Unix seconds)."""
@@ -113,6 +125,9 @@ class CommitService:
         self._before: tuple[CoordinatorView | None] | None = None
         self._local: list[_Local] = []
         self._arrived = asyncio.Event()
+        #: since when (monotonic) the batch in hand, or the batches failing
+        #: one after another, have waited on Kafka (None: none is)
+        self._waiting_since: float | None = None
         #: the requests partition's next offset as this committer last
         #: committed it (None: not known since it took over)
         self._next_offset: int | None = None
@@ -154,9 +169,19 @@ class CommitService:
         if not self.owning or self._task is None or self._task.done():
             return None
         answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        stalled = self.stalled_for()
+        if stalled > STALL_SECONDS:
+            answer.set_exception(Stalled(f"Kafka has not completed the committer's last"
+                                         f" transaction for {stalled:.0f} s"))
+            return answer
         self._local.append(_Local(request, answer, time.time()))
         self._arrived.set()
         return answer
+
+    def stalled_for(self) -> float:
+        """Seconds the committer has waited on Kafka without committing."""
+        since = self._waiting_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def _take_local(self, most: int) -> list[_Local]:
         most = max(0, most)  # a batch already full takes none
@@ -235,9 +260,12 @@ class CommitService:
                     # wait behind one more transaction. Resumed, the consumer
                     # fetches every request waiting by then.
                     self._consumer.pause(self._tp)
+                    if self._waiting_since is None:
+                        self._waiting_since = time.monotonic()
                     try:
                         async with self._lock:
                             await self._process(records, local)
+                        self._waiting_since = None
                     finally:
                         with contextlib.suppress(IllegalStateError):
                             self._consumer.resume(self._tp)

@@ -1,0 +1,657 @@
+"""Kafka's brokers failing under load: Kyverno-shaped writers and open watches
+through ``up`` against a replicated Kafka cluster while one fault happens,
+then what every client was told checked against what the change log and
+ClickHouse hold.
+
+A fault is one of :data:`FAULTS`. For each the phase measures the longest
+write outage (the longest time no write was acknowledged), the write p99
+around the fault and every error a client saw, and it checks:
+
+- no acknowledged write is lost: each resourceVersion a client got back is in
+  the change log, with the object and the content acknowledged, and in
+  ClickHouse (each PolicyReport version's results; ClickHouse's live objects
+  are the log's);
+- resourceVersions strictly increase in the log, none is used twice, and no
+  write request is applied twice (each change's request id is unique);
+- every watch continues without a gap, or ends with 410 after which its
+  client lists again and sees the state as of that list;
+- the only errors are 429 and 503 carrying ``retryAfterSeconds``;
+- writes resume by themselves.
+
+The cluster is anything with :class:`Brokers`' methods (``launcher.kafkacluster``'s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from bench.client import Client
+from bench.figures import Report, percentile
+from bench.running import RunningSystem
+from bench.traffic import Driver, Run, closed_loop
+from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
+from kubeclient import APIError, KubeClientError
+from pipeline.kafka import client as kafka
+from pipeline.model.messages import Change
+from pipeline.settings import Settings
+
+JSON = dict[str, Any]
+#: what a kind of report is called in paths
+PLURALS = {"PolicyReport": "policyreports", "EphemeralReport": "ephemeralreports"}
+
+
+class Brokers(Protocol):
+    """A Kafka cluster whose nodes a fault can reach."""
+
+    @property
+    def bootstrap(self) -> str: ...
+    def node_ids(self) -> list[int]: ...
+    def kill(self, node_id: int) -> None: ...
+    def pause(self, node_id: int) -> None: ...
+    def resume(self, node_id: int) -> None: ...
+    async def restart(self, node_id: int) -> None: ...
+    async def stop_node(self, node_id: int) -> None: ...
+    def active_controller(self) -> int: ...
+
+
+# -- what clients were told --------------------------------------------------
+@dataclass(frozen=True)
+class Ack:
+    """A write a client got an object back for."""
+
+    resource: str
+    namespace: str
+    name: str
+    resource_version: int
+    deleted: bool
+    fails: int
+    at: float
+
+
+def fails_of(obj: JSON) -> int:
+    results = obj.get("results") or (obj.get("spec") or {}).get("results") or []
+    return sum(1 for r in results if r.get("result") == "fail")
+
+
+class Recording(Client):
+    """The benchmark's client, keeping every acknowledged write and every
+    refusal (its status, and whether it said when to try again)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.acks: list[Ack] = []
+        self.refusals: Counter[str] = Counter()
+
+    async def request(self, method: str, path: str, body: Any = None, *,
+                      content_type: str = "application/json") -> JSON:
+        try:
+            out = await super().request(method, path, body, content_type=content_type)
+        except APIError as err:
+            self.refusals[refusal(err)] += 1
+            raise
+        except KubeClientError:
+            self.refusals["no answer"] += 1
+            raise
+        if method in ("POST", "PUT", "DELETE") and not path.startswith("/analytics"):
+            self._ack(method, path, out)
+        return out
+
+    def _ack(self, method: str, path: str, out: JSON) -> None:
+        if out.get("kind") not in PLURALS:
+            return  # a Status (a delete answered without the object)
+        meta = out["metadata"]
+        self.acks.append(Ack(PLURALS[out["kind"]], meta.get("namespace", ""), meta["name"],
+                             int(meta["resourceVersion"]), method == "DELETE", fails_of(out),
+                             time.perf_counter()))
+
+
+def refusal(err: APIError) -> str:
+    """``"503 Retry-After"``, ``"500"``, ...: a refusal as the checks see it."""
+    details = (err.details or {}).get("details") or {}
+    return f"{err.status} Retry-After" if "retryAfterSeconds" in details else str(err.status)
+
+
+ALLOWED = {"429 Retry-After", "503 Retry-After"}
+
+
+# -- watches -----------------------------------------------------------------
+@dataclass
+class Segment:
+    """One watch from ``start`` until it ended; ``listed`` is the state a
+    list gave at ``start`` (None: the watch went on from where one ended)."""
+
+    start: int
+    listed: dict[tuple[str, str], int] | None
+    events: list[tuple[str, str, str, int]] = field(default_factory=list)
+
+    @property
+    def last(self) -> int:
+        return self.events[-1][3] if self.events else self.start
+
+
+class Watcher:
+    """A client-go-like informer: list, watch from the list's version, watch
+    again from the last event when a watch ends, list again after 410."""
+
+    def __init__(self, client: Client, resource: str, *, namespace: str | None = None,
+                 labels: str = ""):
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.labels = labels
+        self.segments: list[Segment] = []
+        self.gone = 0
+        self.problems: list[str] = []
+        self.interrupted: Counter[str] = Counter()
+
+    @property
+    def name(self) -> str:
+        where = f"namespace {self.namespace}" if self.namespace else "all namespaces"
+        return f"{self.resource} in {where}" + (f" ({self.labels})" if self.labels else "")
+
+    def _path(self) -> str:
+        base = POLR_PATH if self.resource == "policyreports" else EPHR_PATH
+        ns = f"/namespaces/{self.namespace}" if self.namespace else ""
+        return f"{base}{ns}/{self.resource}"
+
+    def matches(self, resource: str, namespace: str) -> bool:
+        return resource == self.resource and self.namespace in (None, namespace)
+
+    @property
+    def seen(self) -> int:
+        return self.segments[-1].last if self.segments else 0
+
+    async def run(self) -> None:
+        query = f"labelSelector={self.labels}&" if self.labels else ""
+        while True:
+            if self._list_again:
+                try:
+                    listed = await self.client.get(f"{self._path()}?{query}limit=100000")
+                except KubeClientError:
+                    self.interrupted["list refused"] += 1
+                    await asyncio.sleep(0.5)
+                    continue
+                self.segments.append(Segment(int(listed["metadata"]["resourceVersion"]), {
+                    (i["metadata"].get("namespace", ""), i["metadata"]["name"]):
+                    int(i["metadata"]["resourceVersion"]) for i in listed["items"]}))
+                self._list_again = False
+            await self._watch(query)
+
+    _list_again = True
+
+    async def _watch(self, query: str) -> None:
+        segment = self.segments[-1]
+        path = (f"{self._path()}?{query}watch=1&resourceVersion={segment.last}"
+                "&timeoutSeconds=60")
+        try:
+            async with self.client.api.stream(path) as events:
+                async for event in events:
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        self._ended(obj.get("code"))
+                        return
+                    meta = obj["metadata"]
+                    rv = int(meta["resourceVersion"])
+                    if rv <= segment.last:
+                        self.problems.append(f"{self.name}: event at {rv} after {segment.last}")
+                    segment.events.append((event["type"], meta.get("namespace", ""),
+                                           meta["name"], rv))
+        except APIError as err:
+            self._ended(err.status)
+            await asyncio.sleep(0.5)
+            return
+        except KubeClientError:
+            self._ended("no answer")
+            await asyncio.sleep(0.5)
+            return
+        # the watch ended (its timeout, or the server closed it): go on from
+        # its last event, as client-go's reflector does
+        self._ended(None)
+
+    def _ended(self, code: object) -> None:
+        """A watch ended: after 410 the next starts from a new list, else from
+        the last event."""
+        if code == 410:
+            self.gone += 1
+            self._list_again = True
+            return
+        if code is not None:
+            self.interrupted[str(code)] += 1
+        self.segments.append(Segment(self.segments[-1].last, None))
+
+
+# -- the phase ---------------------------------------------------------------
+@dataclass
+class Outcome:
+    """One fault's figures and the checks that failed."""
+
+    fault: str
+    injected: float
+    recovered: float
+    run: Run
+    acks: list[Ack]
+    refusals: Counter[str]
+    watchers: list[Watcher]
+    problems: list[str] = field(default_factory=list)
+    detail: str = ""
+
+    def write_times(self) -> list[float]:
+        return sorted(a.at for a in self.acks)
+
+    @property
+    def outage(self) -> float:
+        """The longest time from the fault on in which no write was acknowledged."""
+        times = [t for t in self.write_times() if t >= self.injected]
+        if not times:
+            return float("inf")
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        return max([times[0] - self.injected, *gaps])
+
+    def p99_around(self, seconds: float = 30.0) -> float:
+        """Write p99 (ms) of the writes completed within ``seconds`` of the fault."""
+        lats = [lat for done, lat in zip(self.run.completed, self.run.write_latencies,
+                                         strict=True)
+                if abs(done - self.injected) <= seconds]
+        return percentile(lats, 99) * 1000
+
+
+Inject = Callable[[Brokers, "KafkaView"], Awaitable[str]]
+
+
+class KafkaView:
+    """Who leads what, asked of the cluster."""
+
+    def __init__(self, settings: Settings, bootstrap: str):
+        self.settings = settings
+        self.bootstrap = bootstrap
+
+    async def leader(self, topic: str) -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            [described] = await admin.describe_topics([topic])
+            return int(described["partitions"][0]["leader"])
+        finally:
+            await admin.close()
+
+    async def transaction_coordinator(self) -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            return int(await admin.find_coordinator(
+                self.settings.committer_transactional_id, 1))
+        finally:
+            await admin.close()
+
+
+async def _kill_then_restart(brokers: Brokers, node: int, what: str, after: float) -> str:
+    brokers.kill(node)
+    await asyncio.sleep(after)
+    await brokers.restart(node)
+    return f"SIGKILL node {node} ({what}); started again {after:g} s later"
+
+
+async def requests_leader(brokers: Brokers, view: KafkaView) -> str:
+    node = await view.leader(view.settings.requests_topic)
+    return await _kill_then_restart(brokers, node, "the requests partition's leader", 10)
+
+
+async def changes_leader(brokers: Brokers, view: KafkaView) -> str:
+    node = await view.leader(view.settings.changes_topic)
+    return await _kill_then_restart(brokers, node, "the change log's leader", 10)
+
+
+async def transaction_coordinator(brokers: Brokers, view: KafkaView) -> str:
+    node = await view.transaction_coordinator()
+    return await _kill_then_restart(brokers, node, "the committer's transaction coordinator",
+                                    10)
+
+
+async def controller(brokers: Brokers, view: KafkaView) -> str:
+    node = brokers.active_controller()
+    return await _kill_then_restart(brokers, node, "the active controller", 10)
+
+
+async def pause(brokers: Brokers, view: KafkaView) -> str:
+    node = await view.leader(view.settings.changes_topic)
+    brokers.pause(node)
+    await asyncio.sleep(30)
+    brokers.resume(node)
+    return f"SIGSTOP node {node} (the change log's leader) for 30 s, then SIGCONT"
+
+
+async def rolling(brokers: Brokers, view: KafkaView) -> str:
+    for node in brokers.node_ids():
+        await brokers.stop_node(node)
+        await brokers.restart(node)
+    return "every node stopped (SIGTERM) and started again, one after another"
+
+
+async def two_lost(brokers: Brokers, view: KafkaView) -> str:
+    leader = await view.leader(view.settings.changes_topic)
+    other = next(n for n in brokers.node_ids() if n != leader)
+    brokers.kill(leader)
+    brokers.kill(other)
+    await asyncio.sleep(20)
+    await brokers.restart(other)
+    await asyncio.sleep(10)
+    await brokers.restart(leader)
+    return (f"SIGKILL nodes {leader} (the change log's leader) and {other} at once; {other}"
+            f" started again 20 s later, {leader} 10 s after that")
+
+
+FAULTS: dict[str, Inject] = {
+    "requests-leader": requests_leader,
+    "changes-leader": changes_leader,
+    "transaction-coordinator": transaction_coordinator,
+    "controller": controller,
+    "pause": pause,
+    "rolling": rolling,
+    "two-lost": two_lost,
+}
+
+
+async def phase(fault: str, brokers: Brokers, kubeconfig: Any, settings: Settings, *,
+                clients: int = 16, before: float = 10.0, after: float = 15.0,
+                pool_size: int = 200, seed: int = 1,
+                progress: Callable[[str], None] = print) -> Outcome:
+    """Writers and watches through the frontend at ``kubeconfig`` for
+    ``before`` seconds, the fault, then ``after`` seconds more once it is
+    over; then every check."""
+    rng = random.Random(seed)
+    prefix = f"fault-{fault}"
+    pool = resources(pool_size, 4, prefix=prefix, rng=rng)
+    view = KafkaView(settings, brokers.bootstrap)
+    async with Recording(kubeconfig, connections=clients + 8) as client, \
+            Client(kubeconfig, connections=8) as watch_client:
+        driver = Driver(client, Mix(), rng)
+        await closed_loop(driver, pool, concurrency=clients, seed=True)
+        client.acks.clear()
+        client.refusals.clear()
+        watchers = [Watcher(watch_client, "policyreports"),
+                    Watcher(watch_client, "policyreports", namespace=pool[0].namespace),
+                    Watcher(watch_client, "policyreports",
+                            labels="app.kubernetes.io/managed-by=kyverno"),
+                    Watcher(watch_client, "ephemeralreports")]
+        watching = [asyncio.create_task(w.run()) for w in watchers]
+        run = Run()
+        load = asyncio.create_task(closed_loop(driver, pool, concurrency=clients,
+                                               duration=24 * 3600, run=run))
+        try:
+            await asyncio.sleep(before)
+            progress(f"fault {fault}: injecting")
+            injected = time.perf_counter()
+            detail = await FAULTS[fault](brokers, view)
+            recovered = time.perf_counter()
+            progress(f"fault {fault}: {detail}; {recovered - injected:.0f} s")
+            resumed = await _resumed(client, recovered, timeout=120)
+            if resumed:
+                await asyncio.sleep(after)
+        finally:
+            load.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await load
+        run.seconds = time.perf_counter() - run.started
+        outcome = Outcome(fault, injected, recovered, run, list(client.acks),
+                          Counter(client.refusals), watchers, detail=detail)
+        if not resumed:
+            outcome.problems.append("writes did not resume in 120 s after the fault")
+        try:
+            head = await _head(client)
+            log = await read_log(settings, brokers.bootstrap)
+            await _caught_up(watchers, log, head, timeout=30)
+        finally:
+            for task in watching:
+                task.cancel()
+            await asyncio.gather(*watching, return_exceptions=True)
+        outcome.problems += await verify(outcome, client, log, head)
+    return outcome
+
+
+async def _resumed(client: Recording, since: float, timeout: float) -> bool:
+    """Whether a write is acknowledged after ``since`` within ``timeout``:
+    writes resume by themselves."""
+    deadline = time.perf_counter() + timeout
+    while not any(a.at > since for a in client.acks[-50:]):
+        if time.perf_counter() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
+
+
+async def _head(client: Client) -> int:
+    for _ in range(120):
+        with contextlib.suppress(KubeClientError):
+            listed = await client.get(f"{POLR_PATH}/policyreports?limit=1")
+            return int(listed["metadata"]["resourceVersion"])
+        await asyncio.sleep(0.5)
+    raise AssertionError("no consistent list in 60 s after the fault")
+
+
+async def _caught_up(watchers: list[Watcher], log: list[tuple[int, Change]], head: int,
+                     timeout: float) -> None:
+    """Until every watch has had its last change up to ``head`` (at most
+    ``timeout``: one that never does fails the checks)."""
+    targets = [max((c.resource_version for _, c in log if c.resource_version <= head
+                    and w.matches(*identity(c)[:2])), default=0) for w in watchers]
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if all(w.seen >= t for w, t in zip(watchers, targets, strict=True)):
+            return
+        await asyncio.sleep(0.1)
+
+
+# -- the checks --------------------------------------------------------------
+async def read_log(settings: Settings, bootstrap: str) -> list[tuple[int, Change]]:
+    """Every committed change, with its offset, in log order."""
+    tp = TopicPartition(settings.changes_topic, 0)
+    reader = kafka.consumer(bootstrap)
+    await reader.start()
+    out: list[tuple[int, Change]] = []
+    try:
+        reader.assign([tp])
+        await reader.seek_to_beginning(tp)
+        end = (await reader.end_offsets([tp]))[tp]
+        while await reader.position(tp) < end:
+            batch = await reader.getmany(tp, timeout_ms=1000)
+            for record in batch.get(tp, []):
+                change = kafka.change_from_record(record)
+                if change is not None:
+                    out.append((record.offset, change))
+    finally:
+        await reader.stop()
+    return out
+
+
+def identity(change: Change) -> tuple[str, str, str]:
+    meta = change.obj.get("metadata") or {}
+    return (PLURALS.get(change.obj.get("kind", ""), ""), meta.get("namespace", ""),
+            meta.get("name", ""))
+
+
+def check_log(log: list[tuple[int, Change]]) -> list[str]:
+    """resourceVersions strictly increase, none twice; no request twice. Pure."""
+    problems = []
+    last = 0
+    requests: Counter[str] = Counter()
+    for offset, change in log:
+        if change.resource_version <= last:
+            problems.append(f"change log offset {offset}: resourceVersion"
+                            f" {change.resource_version} after {last}")
+        last = max(last, change.resource_version)
+        if change.request_id:
+            requests[change.request_id] += 1
+    twice = [r for r, n in requests.items() if n > 1]
+    if twice:
+        problems.append(f"{len(twice)} write requests applied more than once, e.g. {twice[:3]}")
+    return problems
+
+
+def check_acks(acks: list[Ack], log: list[tuple[int, Change]]) -> list[str]:
+    """Every acknowledged version is in the log, as acknowledged. Pure."""
+    by_rv = {c.resource_version: c for _, c in log}
+    problems = []
+    for ack in acks:
+        change = by_rv.get(ack.resource_version)
+        if change is None:
+            problems.append(f"acknowledged {ack.resource}/{ack.namespace}/{ack.name} at"
+                            f" {ack.resource_version} is not in the change log")
+        elif identity(change) != (ack.resource, ack.namespace, ack.name) \
+                or (change.type == "DELETED") != ack.deleted \
+                or (not ack.deleted and fails_of(change.obj) != ack.fails):
+            problems.append(f"the change log's {ack.resource_version} is {change.type}"
+                            f" {identity(change)}, not what was acknowledged: {ack}")
+    return problems
+
+
+def check_watch(watcher: Watcher, log: list[tuple[int, Change]], head: int) -> list[str]:
+    """Each of the watch's runs saw every change of its objects between its
+    start and where it ended, and nothing that is not in the log; its last
+    list with the events after it is the log's state at ``head``, as an
+    informer's cache would be. Pure."""
+    problems = list(watcher.problems)
+    mine = [(c.resource_version, identity(c), c.type) for _, c in log
+            if c.resource_version <= head and watcher.matches(*identity(c)[:2])]
+    versions = {rv for rv, _, _ in mine}
+    segments = watcher.segments
+    cache: dict[tuple[str, str], int] = {}
+    for i, seg in enumerate(segments):
+        end = segments[i + 1].start if i + 1 < len(segments) else head
+        got = {e[3] for e in seg.events}
+        if got - versions and i + 1 < len(segments):
+            problems.append(f"{watcher.name}: events not in the change log:"
+                            f" {sorted(got - versions)[:5]}")
+        # a run cut short by 410 need not reach ``end``: the next list covers it
+        gone = i + 1 < len(segments) and segments[i + 1].listed is not None
+        missing = {rv for rv in versions - got
+                   if seg.start < rv <= (seg.last if gone else max(end, seg.last))}
+        if missing:
+            problems.append(f"{watcher.name}: {len(missing)} changes missed after"
+                            f" {seg.start}, e.g. {sorted(missing)[:5]}")
+        if seg.listed is not None:
+            cache = dict(seg.listed)
+        for etype, ns, name, rv in seg.events:
+            if rv > head:
+                break
+            if etype == "DELETED":
+                cache.pop((ns, name), None)
+            else:
+                cache[(ns, name)] = rv
+    state: dict[tuple[str, str], int] = {}
+    for rv, (_, ns, name), etype in mine:
+        if etype == "DELETED":
+            state.pop((ns, name), None)
+        else:
+            state[(ns, name)] = rv
+    if cache != state:
+        differ = set(cache.items()) ^ set(state.items())
+        problems.append(f"{watcher.name}: what the list and the events left differs from the"
+                        f" change log in {len(differ)} objects, e.g. {sorted(differ)[:3]}")
+    return problems
+
+
+async def check_clickhouse(client: Client, acks: list[Ack], log: list[tuple[int, Change]],
+                           head: int, timeout: float = 120) -> list[str]:
+    """ClickHouse holds each acknowledged PolicyReport version's results, and
+    its live objects are the change log's."""
+    deadline = time.perf_counter() + timeout
+    while int((await client.query("SELECT max(resource_version) FROM reports"))[0][0]) < head:
+        if time.perf_counter() > deadline:
+            return [f"ClickHouse did not reach resourceVersion {head} in {timeout:g} s"]
+        await asyncio.sleep(0.5)
+    problems = []
+    wanted = {a.resource_version: a.fails for a in acks
+              if a.resource == "policyreports" and not a.deleted}
+    rows = await client.query(
+        "SELECT resource_version, uniqExactIf(idx, result = 'fail') FROM results"
+        " WHERE resource_version IN {rvs:Array(UInt64)} GROUP BY resource_version",
+        {"rvs": sorted(wanted)})
+    held = {int(r[0]): int(r[1]) for r in rows}
+    lost = [rv for rv in wanted if rv not in held]
+    if lost:
+        problems.append(f"{len(lost)} acknowledged PolicyReport versions have no results in"
+                        f" ClickHouse, e.g. {sorted(lost)[:5]}")
+    wrong = [rv for rv, fails in wanted.items() if rv in held and held[rv] != fails]
+    if wrong:
+        problems.append(f"{len(wrong)} PolicyReport versions in ClickHouse differ from what"
+                        f" was acknowledged, e.g. {sorted(wrong)[:5]}")
+    live: dict[tuple[str, str, str], int] = {}
+    for _, change in log:
+        if change.type == "DELETED":
+            live.pop(identity(change), None)
+        else:
+            live[identity(change)] = change.resource_version
+    rows = await client.query("SELECT namespace, name, resource_version FROM reports FINAL")
+    stored = {(str(r[0]), str(r[1])): int(r[2]) for r in rows}
+    expected = {(ns, name): rv for (_, ns, name), rv in live.items()}
+    if stored != expected:
+        differ = set(stored.items()) ^ set(expected.items())
+        problems.append(f"ClickHouse's live objects differ from the change log's in"
+                        f" {len(differ)}, e.g. {sorted(differ)[:3]}")
+    return problems
+
+
+async def verify(outcome: Outcome, client: Client, log: list[tuple[int, Change]],
+                 head: int) -> list[str]:
+    problems = check_log(log) + check_acks(outcome.acks, log)
+    for watcher in outcome.watchers:
+        problems += check_watch(watcher, log, head)
+    problems += await check_clickhouse(client, outcome.acks, log, head)
+    refused = {k: n for k, n in outcome.refusals.items() if k not in ALLOWED}
+    if refused:
+        problems.append(f"clients were refused other than with 429 or 503 and Retry-After:"
+                        f" {refused}")
+    return problems
+
+
+# -- the benchmark's fault phases ----------------------------------------------
+#: faults that lose one broker: writes must resume within this (seconds)
+OUTAGE_TARGET = 10.0
+
+
+async def run(brokers: Brokers, data_dir: Any, names: list[str], *, clients: int = 16,
+              before: float = 30.0, after: float = 30.0,
+              progress: Callable[[str], None] = print) -> Report:
+    """``up`` on ``data_dir`` with KAFKA_BOOTSTRAP at ``brokers``; each fault of
+    ``names`` in turn under ``clients`` writers; a figure per measure."""
+    report = Report()
+    env = {"KAFKA_BOOTSTRAP": brokers.bootstrap}
+    settings = Settings.from_env(env)
+    system = RunningSystem(data_dir, env=env)
+    await system.start()
+    try:
+        for name in names:
+            progress(f"fault {name}: {clients} clients, {before:g} s before, {after:g} s"
+                     " after it is over")
+            outcome = await phase(name, brokers, system.kubeconfig, settings, clients=clients,
+                                  before=before, after=after, progress=progress)
+            figures(report, outcome)
+            for problem in outcome.problems:
+                progress(f"fault {name}: {problem}")
+    finally:
+        await system.stop()
+    return report
+
+
+def figures(report: Report, o: Outcome) -> None:
+    """One fault's figures. Pure."""
+    one_broker = o.fault not in ("two-lost", "rolling")
+    errors = ", ".join(f"{n} x {k}" for k, n in sorted(o.refusals.items())) or "none"
+    report.add(f"fault {o.fault}: longest write outage", o.outage, "s",
+               ("<=", OUTAGE_TARGET) if one_broker else None, note=o.detail)
+    report.add(f"fault {o.fault}: write p99 around it", o.p99_around(), "ms",
+               note=f"writes completed within 30 s of the fault; {len(o.acks)} acknowledged")
+    report.add(f"fault {o.fault}: client-visible errors", sum(o.refusals.values()), "",
+               note=errors)
+    report.add(f"fault {o.fault}: failed checks", len(o.problems), "", ("<=", 0),
+               note="; ".join(o.problems)[:300])

@@ -1,0 +1,85 @@
+"""Kafka as users run it: ``up`` with KAFKA_BOOTSTRAP at a three-node KRaft
+cluster with production defaults (three replicas, two in sync, transaction
+verification and Eligible Leader Replicas on), under the benchmark's
+Kyverno-shaped load of 16 writers and four open watches, while one broker
+fault happens per test. Each checks what ``bench.faults`` checks: no
+acknowledged write lost (change log and ClickHouse), resourceVersions
+strictly increasing and never reused, no request applied twice, every watch
+gapless or ended with 410 and relisted, only 429 or 503 with Retry-After,
+and writes resuming by themselves. The outage figures are the benchmark's
+(``reports-pipeline bench --kafka-brokers 3``), not asserted here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType
+
+from bench import faults
+from bench.running import RunningSystem
+from launcher.kafkacluster import KafkaCluster
+from pipeline.settings import Settings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+
+
+class Replicated:
+    def __init__(self, cluster: KafkaCluster, system: RunningSystem, settings: Settings):
+        self.cluster = cluster
+        self.system = system
+        self.settings = settings
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replicated(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Replicated]:
+    root: Path = tmp_path_factory.mktemp("replicated")
+    cluster = KafkaCluster(root / "kafka")
+    await cluster.start()
+    try:
+        env = {"KAFKA_BOOTSTRAP": cluster.bootstrap, "REPORTS_TOPIC_PREFIX": "faults"}
+        system = RunningSystem(root / "system", env=env)
+        await system.start()
+        try:
+            yield Replicated(cluster, system, Settings.from_env(env))
+        finally:
+            await system.stop()
+    finally:
+        await cluster.stop()
+
+
+async def test_every_topic_has_three_replicas_two_in_sync(replicated: Replicated) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=replicated.cluster.bootstrap)
+    await admin.start()
+    try:
+        ours = [t for t in await admin.list_topics()
+                if t.startswith(("faults.", "faults-")) or t == "__consumer_offsets"]
+        described = await admin.describe_topics(ours)
+        configs = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t) for t in ours])
+    finally:
+        await admin.close()
+    # the change log, requests, replies, the public topics and Faust's tables
+    assert {"faults.changes", "faults.requests", "faults.replies", "faults.result-events",
+            "faults.summaries"} <= set(ours)
+    assert any(t.endswith("-changelog") for t in ours), ours
+    for topic in described:
+        assert {len(p["replicas"]) for p in topic["partitions"]} == {3}, topic["topic"]
+    for response in configs:
+        for _err, _msg, _rtype, name, entries in response.resources:
+            values = {e[0]: e[1] for e in entries}
+            assert values["min.insync.replicas"] == "2", name
+
+
+@pytest.mark.parametrize("fault", ["requests-leader", "changes-leader",
+                                   "transaction-coordinator", "controller", "pause",
+                                   "rolling"])
+async def test_a_broker_fault_loses_nothing_acknowledged(replicated: Replicated,
+                                                         fault: str) -> None:
+    outcome = await faults.phase(fault, replicated.cluster, replicated.system.kubeconfig,
+                                 replicated.settings, clients=16, before=5, after=5,
+                                 progress=lambda message: None)
+    assert outcome.acks, "nothing was written"
+    assert outcome.problems == [], f"{outcome.detail}: {outcome.problems}"
