@@ -98,6 +98,8 @@ class Recording(Client):
             out = await super().request(method, path, body, content_type=content_type)
         except APIError as err:
             self.refusals[refusal(err)] += 1
+            # as client-go: the next request after the time asked, not at once
+            await asyncio.sleep(retry_after(err))
             raise
         except KubeClientError:
             self.refusals["no answer"] += 1
@@ -119,6 +121,11 @@ def refusal(err: APIError) -> str:
     """``"503 Retry-After"``, ``"500"``, ...: a refusal as the checks see it."""
     details = (err.details or {}).get("details") or {}
     return f"{err.status} Retry-After" if "retryAfterSeconds" in details else str(err.status)
+
+
+def retry_after(err: APIError) -> float:
+    details = (err.details or {}).get("details") or {}
+    return float(details.get("retryAfterSeconds") or 0)
 
 
 ALLOWED = {"429 Retry-After", "503 Retry-After"}

@@ -33,6 +33,7 @@ from typing import Any
 from launcher.serving import serve
 from pipeline.aggregate.agent import AggregateStore
 from pipeline.clickhouse.store import StoredObject, StoreError
+from pipeline.kafka import retries
 from pipeline.runtime import memory
 from pipeline.runtime.processes import die_with_parent
 from pipeline.runtime.tasks import cancel
@@ -327,6 +328,7 @@ def _exit_within(seconds: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     fd, level = (argv or sys.argv[1:])[:2]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    retries.count_retries()
     serve(_child(int(fd)))
     return 0
 

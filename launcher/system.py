@@ -50,6 +50,7 @@ from launcher.kubeapi import Reviews
 from pipeline.clickhouse.store import ReportStore, StoreError, redacted
 from pipeline.commit.service import CommitService
 from pipeline.kafka import client as kafka
+from pipeline.kafka import retries
 from pipeline.kafka.published import Published
 from pipeline.materialize.consumer import Materializer
 from pipeline.observe import metrics
@@ -211,6 +212,7 @@ class System:
         self.changelog: ChangeLog | None = None
 
     async def start(self) -> None:
+        retries.count_retries()
         try:
             await self._start()
         except BaseException:

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,8 +204,10 @@ class CommitService:
         self._next_offset = None
         self._committer.invalidate()
         if producer is not None:
-            with contextlib.suppress(KafkaError):
-                await producer.stop()
+            # bounded: a producer whose brokers are gone may wait on them
+            with contextlib.suppress(KafkaError, TimeoutError):
+                async with asyncio.timeout(self._settings.write_timeout):
+                    await producer.stop()
 
     async def take_over(self) -> None:
         """Start a producer with the committer's transactional.id (fencing any
@@ -230,7 +233,8 @@ class CommitService:
         self._hook(producer)
         try:
             # The producer id and epoch (InitProducerId): this is the fencing step.
-            await producer._txn_manager.wait_for_pid()
+            await _alive(producer, producer._txn_manager.wait_for_pid(),
+                         self._settings.write_timeout, "InitProducerId")
             for ended in await kafka.end_hanging(
                     self._settings, self._bootstrap, self._before[0],
                     producer_id=producer._txn_manager.producer_id,
@@ -446,10 +450,12 @@ class CommitService:
                 # none committed yet: nothing was ever decided from the topic
                 next_offset = self._next_offset or 0
             if next_offset is not None:
-                await producer.send_offsets_to_transaction(
+                await _alive(producer, producer.send_offsets_to_transaction(
                     {self._tp: OffsetAndMetadata(next_offset, "")},
-                    self._settings.committer_group)
-            await producer.commit_transaction()
+                    self._settings.committer_group), self._settings.write_timeout,
+                    "the requests' offset")
+            await _alive(producer, producer.commit_transaction(), self._settings.write_timeout,
+                         "the commit")
             self.committed += 1
             if next_offset is not None:
                 self._next_offset = next_offset
@@ -492,6 +498,35 @@ def _observe(arrived: list[float], taken: float, decide: float, publish: float) 
         queue.observe(max(0.0, taken - at))
         deciding.observe(decide)
         transaction.observe(publish)
+
+
+async def _alive(producer: AIOKafkaProducer, step: Awaitable[Any], timeout: float,
+                 what: str) -> Any:
+    """``step`` of a transactional producer, failed with KafkaError when its
+    sender stops or ``timeout`` passes first. aiokafka's sender task ends on
+    an error it does not retry (a connection to the transaction coordinator
+    closed while it looks it up: the coordinator's broker killed), and a step
+    waiting on it would wait for ever; so would a commit whose records find
+    too few replicas in sync. A new producer starts over (its
+    InitProducerId ends what this one left open)."""
+    sender = producer._sender.sender_task
+    task = asyncio.ensure_future(step)
+    try:
+        done, _ = await asyncio.wait((task, sender), timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    task.add_done_callback(_retrieve)
+    if sender in done:
+        failed = sender.exception() if not sender.cancelled() else None
+        if isinstance(failed, ProducerFenced):
+            raise failed
+        raise KafkaError(f"{what}: the producer's sender stopped ({failed!r})")
+    raise KafkaError(f"{what}: Kafka did not complete it in {timeout:g} s")
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -86,6 +86,12 @@ PYTHON_BLOCKS = Gauge(
     " (sys.getallocatedblocks): the growth of its own heap, apart from native libraries'.",
     registry=REGISTRY)
 PYTHON_BLOCKS.set_function(sys.getallocatedblocks)
+KAFKA_RETRIES = Counter(
+    "reports_kafka_retries_total", "Kafka requests a client sent again after a retriable"
+    " error, by error: NotEnoughReplicas (a transactional produce the broker could not"
+    " verify yet, KIP-890, or too few replicas in sync), NotLeaderForPartition (a leader"
+    " moved), ...; and connections to a broker that failed (ConnectionFailed). Counted here"
+    " instead of a log line each.", ["error"], registry=REGISTRY)
 EVENT_LOOP_LAG = Histogram(
     "reports_event_loop_lag_seconds", "How late the process's event loop runs a timer"
     " (sampled every 0.25 s): the wait any request, record or agent step has before its"

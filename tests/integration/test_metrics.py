@@ -126,4 +126,4 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_committer_batch_requests", "reports_committer_transaction_seconds",
         "reports_write_stage_seconds", "reports_authorization_decisions",
         "reports_clickhouse_memory_bytes", "reports_python_allocated_blocks",
-        "reports_event_loop_lag_seconds"}
+        "reports_event_loop_lag_seconds", "reports_kafka_retries"}

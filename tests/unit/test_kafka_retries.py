@@ -1,0 +1,45 @@
+"""aiokafka's per-retry log lines become counts in /metrics: a retried produce
+is never logged, an unreachable broker once a minute."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from pipeline.kafka import retries
+from pipeline.observe import metrics
+
+
+def _count(error: str) -> float:
+    return metrics.KAFKA_RETRIES.labels(error)._value.get()  # type: ignore[no-any-return]
+
+
+def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retries, "_FILTER", retries.RetriesCounted())
+    retries.count_retries()
+    sender = logging.getLogger("aiokafka.producer.sender")
+    client = logging.getLogger("aiokafka")
+    before = (_count("NotEnoughReplicas"), _count("ConnectionFailed"))
+    caplog.set_level(logging.WARNING)
+    try:
+        for _ in range(5):
+            # aiokafka's words, as 0.14 logs them
+            sender.warning("Got error produce response on topic-partition %s, retrying. Error: %s",
+                           "TopicPartition(topic='reports.changes', partition=0)",
+                           "<class 'aiokafka.errors.NotEnoughReplicasError'>")
+            client.error("Unable connect to node with id %s: %s", 2,
+                         "[Errno 111] Connection refused")
+        client.error("Unable connect to node with id %s: %s", 3, "[Errno 111] Connection refused")
+        sender.warning("something else entirely")
+    finally:
+        for name in retries.LOGGERS:
+            logging.getLogger(name).removeFilter(retries._FILTER)
+    assert (_count("NotEnoughReplicas") - before[0], _count("ConnectionFailed") - before[1]) \
+        == (5, 6)
+    logged = [r.getMessage() for r in caplog.records]
+    assert not any("retrying" in m for m in logged)
+    assert sum("node with id 2" in m for m in logged) == 1  # once a minute
+    assert sum("node with id 3" in m for m in logged) == 1
+    assert "something else entirely" in logged
