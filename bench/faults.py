@@ -26,14 +26,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import OffsetAndMetadata
 
 from bench.client import Client
 from bench.figures import Report, percentile
@@ -41,8 +44,11 @@ from bench.running import RunningSystem
 from bench.traffic import Driver, Run, closed_loop
 from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
 from kubeclient import APIError, KubeClientError
+from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
 from pipeline.kafka import client as kafka
+from pipeline.kafka import retries
 from pipeline.model.messages import Change
+from pipeline.observe import metrics
 from pipeline.settings import Settings
 
 JSON = dict[str, Any]
@@ -251,6 +257,8 @@ class Outcome:
     watchers: list[Watcher]
     problems: list[str] = field(default_factory=list)
     detail: str = ""
+    #: Kafka requests ``up`` sent again during the phase, by error
+    kafka_retries: dict[str, float] = field(default_factory=dict)
 
     def write_times(self) -> list[float]:
         return sorted(a.at for a in self.acks)
@@ -391,6 +399,7 @@ async def phase(fault: str, brokers: Brokers, kubeconfig: Any, settings: Setting
                             labels="app.kubernetes.io/managed-by=kyverno"),
                     Watcher(watch_client, "ephemeralreports")]
         watching = [asyncio.create_task(w.run()) for w in watchers]
+        retried = await kafka_retries(client)
         run = Run()
         load = asyncio.create_task(closed_loop(driver, pool, concurrency=clients,
                                                duration=24 * 3600, run=run))
@@ -413,6 +422,9 @@ async def phase(fault: str, brokers: Brokers, kubeconfig: Any, settings: Setting
                           Counter(client.refusals), watchers, detail=detail)
         if not resumed:
             outcome.problems.append("writes did not resume in 120 s after the fault")
+        after_phase = await kafka_retries(client)
+        outcome.kafka_retries = {k: n - retried.get(k, 0) for k, n in after_phase.items()
+                                 if n - retried.get(k, 0)}
         try:
             head = await _head(client)
             log = await read_log(settings, brokers.bootstrap)
@@ -423,6 +435,14 @@ async def phase(fault: str, brokers: Brokers, kubeconfig: Any, settings: Setting
             await asyncio.gather(*watching, return_exceptions=True)
         outcome.problems += await verify(outcome, client, log, head)
     return outcome
+
+
+_RETRIES = re.compile(r'^reports_kafka_retries_total\{error="(\w+)"\} (\S+)$', re.M)
+
+
+async def kafka_retries(client: Client) -> dict[str, float]:
+    """``up``'s count of Kafka retries so far, by error (its /metrics)."""
+    return {error: float(n) for error, n in _RETRIES.findall(await client.text("/metrics"))}
 
 
 async def _resumed(client: Recording, since: float, timeout: float) -> bool:
@@ -632,6 +652,11 @@ async def run(brokers: Brokers, data_dir: Any, names: list[str], *, clients: int
     """``up`` on ``data_dir`` with KAFKA_BOOTSTRAP at ``brokers``; each fault of
     ``names`` in turn under ``clients`` writers; a figure per measure."""
     report = Report()
+    for backoff in (100, COMMITTER_RETRY_BACKOFF_MS):
+        progress(f"transaction verification: back-to-back transactions, retry backoff"
+                 f" {backoff} ms")
+        verification_figures(report, await verification(brokers.bootstrap,
+                                                         retry_backoff_ms=backoff))
     env = {"KAFKA_BOOTSTRAP": brokers.bootstrap}
     settings = Settings.from_env(env)
     system = RunningSystem(data_dir, env=env)
@@ -662,3 +687,69 @@ def figures(report: Report, o: Outcome) -> None:
                note=errors)
     report.add(f"fault {o.fault}: failed checks", len(o.problems), "", ("<=", 0),
                note="; ".join(o.problems)[:300])
+    retried = ", ".join(f"{k} {n:.0f}" for k, n in sorted(o.kafka_retries.items()))
+    report.add(f"fault {o.fault}: Kafka retries in up", sum(o.kafka_retries.values()), "",
+               note=retried or "none")
+
+
+# -- transaction verification (KIP-890 part 1) ----------------------------------
+@dataclass(frozen=True)
+class Verification:
+    transactions: int
+    retry_backoff_ms: int
+    not_enough_replicas: int
+    seconds: list[float]
+
+
+async def verification(bootstrap: str, *, transactions: int = 500,
+                       retry_backoff_ms: int = 100) -> Verification:
+    """The committer's pattern through the requests topic, back to back:
+    produce changes and replies, add the requests' offset
+    (``send_offsets_to_transaction``), commit. On a cluster with transaction
+    verification on, a produce that meets the coordinator still completing
+    the last transaction is answered NOT_ENOUGH_REPLICAS, which aiokafka
+    retries after ``retry_backoff_ms``: counted here, with each transaction's
+    time."""
+    retries.count_retries()
+    name = f"verification-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(f"{name}.{t}", 1, 3) for t in
+                                   ("changes", "replies", "requests")])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                transactional_id=name, retry_backoff_ms=retry_backoff_ms)
+    await producer.start()
+    counter = metrics.KAFKA_RETRIES.labels("NotEnoughReplicas")
+    seconds: list[float] = []
+    try:
+        async with producer.transaction():  # the topics' leaders elected
+            await producer.send(f"{name}.changes", b"warm", partition=0)
+        before = counter._value.get()
+        requests = TopicPartition(f"{name}.requests", 0)
+        for i in range(transactions):
+            started = time.perf_counter()
+            async with producer.transaction():
+                for _ in range(i % 3):
+                    await producer.send(f"{name}.changes", b"%d" % i, partition=0)
+                await producer.send(f"{name}.replies", b"%d" % i, partition=0)
+                await producer.send_offsets_to_transaction(
+                    {requests: OffsetAndMetadata(i + 1, "")}, f"{name}-group")
+            seconds.append(time.perf_counter() - started)
+        retried = int(counter._value.get() - before)
+    finally:
+        await producer.stop()
+    return Verification(transactions, retry_backoff_ms, retried, seconds)
+
+
+def verification_figures(report: Report, v: Verification) -> None:
+    report.add(f"verification retries, backoff {v.retry_backoff_ms} ms",
+               v.not_enough_replicas / v.transactions * 100, "per 100 transactions",
+               note=f"NOT_ENOUGH_REPLICAS answers to {v.transactions} back-to-back"
+               " transactions with the requests' offset")
+    report.add(f"verification transaction p50, backoff {v.retry_backoff_ms} ms",
+               percentile(v.seconds, 50) * 1000, "ms")
+    report.add(f"verification transaction p99, backoff {v.retry_backoff_ms} ms",
+               percentile(v.seconds, 99) * 1000, "ms")

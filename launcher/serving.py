@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import io
+import logging
+import signal
 import sys
 from collections.abc import Coroutine
 from typing import Any
@@ -34,4 +37,16 @@ def serve(main: Coroutine[Any, Any, None]) -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.get_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
         runner.run(main)
+
+
+def dump_tasks() -> None:
+    """SIGUSR1: log where each of the process's tasks waits (what a stuck
+    part is waiting for, without stopping it)."""
+    out = io.StringIO()
+    tasks = asyncio.all_tasks()
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        print(f"-- task {task.get_name()}: {task.get_coro()!r}", file=out)
+        task.print_stack(limit=12, file=out)
+    logging.getLogger(__name__).warning("%d tasks (SIGUSR1):\n%s", len(tasks), out.getvalue())

@@ -126,8 +126,9 @@ class CommitService:
         self._before: tuple[CoordinatorView | None] | None = None
         self._local: list[_Local] = []
         self._arrived = asyncio.Event()
-        #: since when (monotonic) the batch in hand, or the batches failing
-        #: one after another, have waited on Kafka (None: none is)
+        #: since when (monotonic) the batch in hand has waited on Kafka (None:
+        #: no batch is in hand; after a failed one, the next tries again and
+        #: takes what is handed over meanwhile)
         self._waiting_since: float | None = None
         #: the requests partition's next offset as this committer last
         #: committed it (None: not known since it took over)
@@ -264,13 +265,12 @@ class CommitService:
                     # wait behind one more transaction. Resumed, the consumer
                     # fetches every request waiting by then.
                     self._consumer.pause(self._tp)
-                    if self._waiting_since is None:
-                        self._waiting_since = time.monotonic()
+                    self._waiting_since = time.monotonic()
                     try:
                         async with self._lock:
                             await self._process(records, local)
-                        self._waiting_since = None
                     finally:
+                        self._waiting_since = None
                         with contextlib.suppress(IllegalStateError):
                             self._consumer.resume(self._tp)
             except asyncio.CancelledError:

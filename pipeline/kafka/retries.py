@@ -23,6 +23,9 @@ PATTERNS = (
     (re.compile(r"^Failed fetch messages from (?P<key>\S+): (?P<error>\w+?)(?:Error)?:"), True),
     (re.compile(r"^Attempt to fetch offsets for partition (?P<key>.+) failed due to: "
                 + _CLASS), True),
+    # a group whose coordinator's broker is gone: said every 100 ms
+    (re.compile(r"^(?P<key>Heartbeat failed for group \S+|Marking the coordinator dead"
+                r" \(node \S+\)|Heartbeat session expired)(?P<error>)"), True),
 )
 #: seconds between two log lines of one kind about one broker or partition
 LOG_INTERVAL = 60.0
@@ -41,7 +44,8 @@ class RetriesCounted(logging.Filter):
             found = pattern.search(message)
             if found is None:
                 continue
-            error = found.groupdict().get("error") or "ConnectionFailed"
+            error = found.groupdict().get("error")
+            error = "ConnectionFailed" if error is None else error or "CoordinatorLost"
             metrics.KAFKA_RETRIES.labels(error).inc()
             if not once_a_minute:
                 return False
@@ -54,7 +58,8 @@ class RetriesCounted(logging.Filter):
 
 
 _FILTER = RetriesCounted()
-LOGGERS = ("aiokafka", "aiokafka.producer.sender", "aiokafka.consumer.fetcher")
+LOGGERS = ("aiokafka", "aiokafka.producer.sender", "aiokafka.consumer.fetcher",
+           "aiokafka.consumer.group_coordinator")
 
 
 def count_retries() -> None:

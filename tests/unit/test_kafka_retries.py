@@ -32,6 +32,10 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
             client.error("Unable connect to node with id %s: %s", 2,
                          "[Errno 111] Connection refused")
         client.error("Unable connect to node with id %s: %s", 3, "[Errno 111] Connection refused")
+        group = logging.getLogger("aiokafka.consumer.group_coordinator")
+        for _ in range(3):
+            group.warning("Heartbeat failed for group %s: coordinator (node %s) is either not"
+                          " started or not valid", "reports-committer", 3)
         sender.warning("something else entirely")
     finally:
         for name in retries.LOGGERS:
@@ -42,4 +46,5 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
     assert not any("retrying" in m for m in logged)
     assert sum("node with id 2" in m for m in logged) == 1  # once a minute
     assert sum("node with id 3" in m for m in logged) == 1
+    assert sum("Heartbeat failed" in m for m in logged) == 1
     assert "something else entirely" in logged
