@@ -46,7 +46,8 @@ class Writer:
                                           enable_idempotence=True, linger_ms=0,
                                           max_batch_size=kafka.MAX_BATCH_BYTES,
                                           max_request_size=kafka.MAX_REQUEST_BYTES,
-                                          compression_type=kafka.COMPRESSION)
+                                          compression_type=kafka.COMPRESSION,
+                                          request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
         await self._producer.start()
         self._consumer = kafka.consumer(self._bootstrap)
         await self._consumer.start()

@@ -97,12 +97,24 @@ class Recording(Client):
         super().__init__(*args, **kwargs)
         self.acks: list[Ack] = []
         self.refusals: Counter[str] = Counter()
+        #: objects a write was refused for with 503: it may still have been
+        #: committed, and the next write of the object may meet that
+        self._unknown: set[str] = set()
 
     async def request(self, method: str, path: str, body: Any = None, *,
                       content_type: str = "application/json") -> JSON:
         try:
             out = await super().request(method, path, body, content_type=content_type)
         except APIError as err:
+            if err.status == 503 and method in ("PUT", "DELETE"):
+                self._unknown.add(path)
+            if err.status in (404, 409) and path in self._unknown:
+                # the write a 503 left unknown had been committed: as a
+                # client that tries again meets it (AlreadyExists, Conflict,
+                # NotFound), not a refusal of its own
+                self._unknown.discard(path)
+                self.refusals[f"{err.status} after 503"] += 1
+                raise
             self.refusals[refusal(err)] += 1
             # as client-go: the next request after the time asked, not at once
             await asyncio.sleep(retry_after(err))
@@ -111,6 +123,7 @@ class Recording(Client):
             self.refusals["no answer"] += 1
             raise
         if method in ("POST", "PUT", "DELETE") and not path.startswith("/analytics"):
+            self._unknown.discard(path)
             self._ack(method, path, out)
         return out
 
@@ -134,7 +147,7 @@ def retry_after(err: APIError) -> float:
     return float(details.get("retryAfterSeconds") or 0)
 
 
-ALLOWED = {"429 Retry-After", "503 Retry-After"}
+ALLOWED = {"429 Retry-After", "503 Retry-After", "404 after 503", "409 after 503"}
 
 
 # -- watches -----------------------------------------------------------------
@@ -426,7 +439,7 @@ async def phase(fault: str, brokers: Brokers, kubeconfig: Any, settings: Setting
         outcome.kafka_retries = {k: n - retried.get(k, 0) for k, n in after_phase.items()
                                  if n - retried.get(k, 0)}
         try:
-            head = await _head(client)
+            head = await _quiet(client)
             log = await read_log(settings, brokers.bootstrap)
             await _caught_up(watchers, log, head, timeout=30)
         finally:
@@ -454,6 +467,19 @@ async def _resumed(client: Recording, since: float, timeout: float) -> bool:
             return False
         await asyncio.sleep(0.1)
     return True
+
+
+async def _quiet(client: Client, still: float = 2.0, timeout: float = 30.0) -> int:
+    """The resourceVersion once no write has been committed for ``still``
+    seconds: writes the stopped clients had sent may still be committed."""
+    head, since = await _head(client), time.perf_counter()
+    deadline = since + timeout
+    while time.perf_counter() - since < still and time.perf_counter() < deadline:
+        await asyncio.sleep(0.25)
+        now = await _head(client)
+        if now != head:
+            head, since = now, time.perf_counter()
+    return head
 
 
 async def _head(client: Client) -> int:
@@ -555,9 +581,10 @@ def check_watch(watcher: Watcher, log: list[tuple[int, Change]], head: int) -> l
     for i, seg in enumerate(segments):
         end = segments[i + 1].start if i + 1 < len(segments) else head
         got = {e[3] for e in seg.events}
-        if got - versions and i + 1 < len(segments):
+        unknown = {rv for rv in got - versions if rv <= head}
+        if unknown:
             problems.append(f"{watcher.name}: events not in the change log:"
-                            f" {sorted(got - versions)[:5]}")
+                            f" {sorted(unknown)[:5]}")
         # a run cut short by 410 need not reach ``end``: the next list covers it
         gone = i + 1 < len(segments) and segments[i + 1].listed is not None
         missing = {rv for rv in versions - got

@@ -229,7 +229,8 @@ class CommitService:
             # 100 ms by default: the slowest writes waited for it
             retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS, linger_ms=0,
             max_batch_size=kafka.MAX_BATCH_BYTES,
-            max_request_size=kafka.MAX_REQUEST_BYTES, compression_type=kafka.COMPRESSION)
+            max_request_size=kafka.MAX_REQUEST_BYTES, compression_type=kafka.COMPRESSION,
+            request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
         await producer.start()
         self._hook(producer)
         try:

@@ -67,6 +67,13 @@ aiokafka_sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
 OFFSETS_TOPIC = "__consumer_offsets"
 #: How long the broker holds a fetch that finds no records.
 IDLE_FETCH_WAIT_MS = 5000
+#: How long a request to a broker may go unanswered before a client gives it
+#: up and asks the cluster where to go: longer than a fetch is held
+#: (IDLE_FETCH_WAIT_MS). aiokafka's default, 40 s, kept every write waiting
+#: on a leader that had stopped (SIGSTOP) for as long as it stayed stopped,
+#: although the cluster had moved its partitions after its session timeout
+#: (9 s).
+REQUEST_TIMEOUT_MS = 8000
 #: A consumer that works in batches anyway (the materializer, the agents)
 #: fetches this much at a time, or what has arrived within BULK_FETCH_WAIT_MS.
 BULK_FETCH_MIN_BYTES = 512 * 1024
@@ -281,6 +288,10 @@ def consumer(bootstrap: str, **options: Any) -> AIOKafkaConsumer:
     is answered as soon as records arrive; the long wait only spares an idle
     system's broker."""
     options = {"fetch_max_wait_ms": IDLE_FETCH_WAIT_MS, **options}
+    if "group_id" not in options:
+        # a group's JoinGroup waits for every member to join again, on the
+        # same timeout (aiokafka has no separate one): groups keep the default
+        options["request_timeout_ms"] = REQUEST_TIMEOUT_MS
     return AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                             isolation_level=ISOLATION, **options)
 
