@@ -100,12 +100,15 @@ class Recording(Client):
         #: objects a write was refused for with 503: it may still have been
         #: committed, and the next write of the object may meet that
         self._unknown: set[str] = set()
+        #: every refusal: (when, method, path, what)
+        self.refused: list[tuple[float, str, str, str]] = []
 
     async def request(self, method: str, path: str, body: Any = None, *,
                       content_type: str = "application/json") -> JSON:
         try:
             out = await super().request(method, path, body, content_type=content_type)
         except APIError as err:
+            self.refused.append((time.perf_counter(), method, path, refusal(err)))
             if err.status == 503 and method in ("PUT", "DELETE"):
                 self._unknown.add(path)
             if err.status in (404, 409) and path in self._unknown:

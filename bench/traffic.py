@@ -129,6 +129,11 @@ class Driver:
             run.error(f"{kind} {err.status}")
             if err.status == 409:
                 await self._refresh(res)
+            elif err.status == 404 and kind == "delete":
+                # gone already (an earlier delete whose answer was lost): as
+                # the policy engine, take it as deleted
+                res.ephemeral_name = None
+                res.admission_step = 0
             return
         except (TimeoutError, OSError) as err:
             run.error(f"{kind} {type(err).__name__}")

@@ -79,6 +79,8 @@ class Stalled(RuntimeError):
     timeout behind it)."""
 
 
+#: How long a failed producer may take to stop before it is left behind.
+DROP_SECONDS = 2.0
 #: How long a batch may wait on Kafka before new requests are refused. A
 #: transaction takes milliseconds; a leader election a few seconds.
 STALL_SECONDS = 3.0
@@ -205,9 +207,11 @@ class CommitService:
         self._next_offset = None
         self._committer.invalidate()
         if producer is not None:
-            # bounded: a producer whose brokers are gone may wait on them
+            # Bounded: stopping waits for the requests in flight, which wait
+            # on brokers that may be gone; the next producer's InitProducerId
+            # ends whatever transaction this one leaves open.
             with contextlib.suppress(KafkaError, TimeoutError):
-                async with asyncio.timeout(self._settings.write_timeout):
+                async with asyncio.timeout(DROP_SECONDS):
                     await producer.stop()
 
     async def take_over(self) -> None:

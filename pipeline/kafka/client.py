@@ -303,7 +303,8 @@ async def wait_no_open_transactions(settings: Settings, bootstrap: str,
     committed before the next transaction."""
     tp = TopicPartition(settings.changes_topic, 0)
     committed = consumer(bootstrap)
-    everything = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    everything = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                  request_timeout_ms=REQUEST_TIMEOUT_MS)
     await committed.start()
     await everything.start()
     try:
@@ -328,7 +329,8 @@ class OpenTransaction(TimeoutError):
 async def _open_transactions(settings: Settings, bootstrap: str, tp: TopicPartition) -> str:
     txn_id = settings.committer_transactional_id
     try:
-        async with transactions.Transactions(bootstrap) as admin:
+        async with transactions.Transactions(
+            bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS) as admin:
             producers = await admin.producers(tp)
             coordinator = await admin.coordinator_view(txn_id)
     except (KafkaError, transactions.TransactionAdminError) as err:
@@ -340,7 +342,8 @@ async def _open_transactions(settings: Settings, bootstrap: str, tp: TopicPartit
 async def committer_view(settings: Settings, bootstrap: str
                          ) -> transactions.CoordinatorView | None:
     """The coordinator's view of the committer's transactional.id."""
-    async with transactions.Transactions(bootstrap) as admin:
+    async with transactions.Transactions(
+            bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS) as admin:
         return await admin.coordinator_view(settings.committer_transactional_id)
 
 
@@ -350,7 +353,8 @@ async def end_hanging(settings: Settings, bootstrap: str,
     """End the committer's hanging transactions (``transactions.hanging``) on
     every partition its transactions write: the change log, the replies and
     its group's offsets."""
-    async with transactions.Transactions(bootstrap) as admin:
+    async with transactions.Transactions(
+            bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS) as admin:
         offsets = transactions.offsets_partition(
             settings.committer_group, await admin.partitions(OFFSETS_TOPIC))
         found = {tp: await admin.producers(tp) for tp in (

@@ -335,8 +335,9 @@ class Transactions:
     coordinator's view of a transactional.id, and markers for hanging
     transactions."""
 
-    def __init__(self, bootstrap: str):
-        self._client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 40000):
+        self._client = AIOKafkaClient(bootstrap_servers=bootstrap,
+                                      request_timeout_ms=request_timeout_ms)
 
     async def __aenter__(self) -> Transactions:
         await self._client.bootstrap()

@@ -11,17 +11,23 @@ and writes resuming by themselves. The outage figures are the benchmark's
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import psutil
 import pytest
 import pytest_asyncio
-from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from bench import faults
 from bench.running import RunningSystem
 from launcher.kafkacluster import KafkaCluster
+from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
 from pipeline.settings import Settings
+from tests.e2e.conftest import BIN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -73,9 +79,7 @@ async def test_every_topic_has_three_replicas_two_in_sync(replicated: Replicated
             assert values["min.insync.replicas"] == "2", name
 
 
-@pytest.mark.parametrize("fault", ["requests-leader", "changes-leader",
-                                   "transaction-coordinator", "controller", "pause",
-                                   "rolling"])
+@pytest.mark.parametrize("fault", list(faults.FAULTS))
 async def test_a_broker_fault_loses_nothing_acknowledged(replicated: Replicated,
                                                          fault: str) -> None:
     outcome = await faults.phase(fault, replicated.cluster, replicated.system.kubeconfig,
@@ -83,3 +87,29 @@ async def test_a_broker_fault_loses_nothing_acknowledged(replicated: Replicated,
                                  progress=lambda message: None)
     assert outcome.acks, "nothing was written"
     assert outcome.problems == [], f"{outcome.detail}: {outcome.problems}"
+    # writes went on before the fault and after it: a write outage, not an end
+    assert any(a.at < outcome.injected for a in outcome.acks)
+    assert any(a.at > outcome.recovered for a in outcome.acks)
+
+
+@pytest.mark.timeout(900)
+def test_the_bench_breaks_a_three_node_clusters_brokers(tmp_path: Path) -> None:
+    """``bench --kafka-brokers 3``: its own cluster and `up`, the transaction
+    verification measure, one fault's figures, and nothing left running."""
+    output = tmp_path / "faults.json"
+    done = subprocess.run(
+        [str(BIN / "reports-pipeline"), "bench", "--kafka-brokers", "3", "--faults",
+         "changes-leader", "--fault-seconds", "3", "--data-dir", str(tmp_path / "data"),
+         "--output", str(output)], capture_output=True, text=True, timeout=840)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = {f["name"]: f for f in json.loads(output.read_text())["figures"]}
+    for name in ("longest write outage", "write p99 around it", "client-visible errors",
+                 "failed checks", "Kafka retries in up"):
+        assert f"fault changes-leader: {name}" in figures, name
+    assert figures["fault changes-leader: failed checks"]["value"] == 0
+    for backoff in (100, COMMITTER_RETRY_BACKOFF_MS):
+        assert f"verification retries, backoff {backoff} ms" in figures
+    assert "fault changes-leader: longest write outage" in done.stdout
+    left = [p for p in psutil.process_iter(["cmdline"])
+            if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert left == [], left
