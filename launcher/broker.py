@@ -226,18 +226,28 @@ class BrokerLayout:
         return self.root / "console.log"
 
 
-def server_properties(*, port: int, controller_port: int, logs: Path) -> str:
-    """A single-node KRaft broker on loopback, sized for one machine. Pure."""
-    props = {
+def kraft_node(*, node: int, voters: str, port: int, controller_port: int, logs: Path
+               ) -> dict[str, str]:
+    """A KRaft node on loopback, broker and controller in one: its id, the
+    quorum's voters, its listeners and its log directory. Pure."""
+    return {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node),
+        "controller.quorum.voters": voters,
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": str(logs),
+    }
+
+
+def server_properties(*, port: int, controller_port: int, logs: Path) -> str:
+    """A single-node KRaft broker on loopback, sized for one machine. Pure."""
+    props = {
+        **kraft_node(node=1, voters=f"1@127.0.0.1:{controller_port}", port=port,
+                     controller_port=controller_port, logs=logs),
         # One node: every internal topic has one replica and one partition.
         "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "1",

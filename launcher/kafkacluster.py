@@ -37,6 +37,7 @@ from launcher.broker import (
     format_storage,
     free_port,
     java_command,
+    kraft_node,
     log4j_properties,
 )
 from pipeline.runtime.processes import die_with_parent
@@ -52,15 +53,8 @@ def node_properties(*, node: int, port: int, controller_port: int, voters: str,
     """One node of the cluster: its listeners and log directory on top of
     Kafka's defaults and :data:`PRODUCTION`. Pure."""
     props = {
-        "process.roles": "broker,controller",
-        "node.id": str(node),
-        "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(logs),
+        **kraft_node(node=node, voters=voters, port=port, controller_port=controller_port,
+                     logs=logs),
         **PRODUCTION,
         # heap, not behaviour: the log cleaner's dedupe map is 128 MiB by default
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
