@@ -81,6 +81,8 @@ class Stalled(RuntimeError):
 
 #: How long a failed producer may take to stop before it is left behind.
 DROP_SECONDS = 2.0
+#: The pause after a failed batch before the next try, the first and the longest.
+RETRY_SECONDS = (0.05, 1.0)
 #: How long a batch may wait on Kafka before new requests are refused. A
 #: transaction takes milliseconds; a leader election a few seconds.
 STALL_SECONDS = 3.0
@@ -259,6 +261,7 @@ class CommitService:
 
     async def _run(self) -> None:
         assert self._consumer is not None
+        failed = 0  # batches failed in a row
         while True:
             try:
                 records = await self._next()
@@ -278,15 +281,23 @@ class CommitService:
                         self._waiting_since = None
                         with contextlib.suppress(IllegalStateError):
                             self._consumer.resume(self._tp)
+                failed = 0
             except asyncio.CancelledError:
                 raise
             except Fenced:
                 log.warning("another committer took over; this one stands down")
             except kafka.OpenTransaction as err:
                 log.error("cannot take over as the committer: %s", err)
-            except Exception:
-                log.exception("committing a batch failed; retrying from the last commit")
-                await asyncio.sleep(1)
+            except Exception as err:
+                if isinstance(err, KafkaError):  # said in full: no traceback to add
+                    log.warning("committing a batch failed (%s); retrying from the last commit",
+                                err)
+                else:
+                    log.exception("committing a batch failed; retrying from the last commit")
+                # at once the first time (a failed batch usually waited out a
+                # leader election, which is over), then less and less often
+                await asyncio.sleep(min(RETRY_SECONDS[-1], RETRY_SECONDS[0] * 2 ** failed))
+                failed += 1
 
     async def _next(self) -> list[Any]:
         """The requests the topic has for this committer, as soon as it has

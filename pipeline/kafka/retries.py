@@ -19,6 +19,11 @@ _CLASS = r"<class 'aiokafka\.errors\.(?P<error>\w+?)(?:Error)?'>"
 PATTERNS = (
     (re.compile(r"Got error produce response on (?P<key>.+), retrying\. Error: " + _CLASS),
      False),
+    # a produce that met no answer (its leader's broker gone): retried after
+    # the producer's backoff, milliseconds, until Kafka elects another leader
+    (re.compile(r"^Got error produce response: (?P<error>\w+?)(?:Error)?:"), False),
+    (re.compile(r"^Cannot send (?P<key><class '[\w.]+'> to \S+): (?P<error>\w+?)(?:Error)?\("),
+     True),
     (re.compile(r"^Unable connect to (?P<key>node with id \S+|\"[^\"]+\")"), True),
     (re.compile(r"^Failed fetch messages from (?P<key>\S+): (?P<error>\w+?)(?:Error)?:"), True),
     (re.compile(r"^Attempt to fetch offsets for partition (?P<key>.+) failed due to: "

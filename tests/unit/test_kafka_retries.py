@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from aiokafka.errors import NodeNotReadyError
+from aiokafka.protocol.transaction import EndTxnRequest
 
 from pipeline.kafka import retries
 from pipeline.observe import metrics
@@ -27,7 +29,7 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
     retries.count_retries()
     sender = logging.getLogger("aiokafka.producer.sender")
     client = logging.getLogger("aiokafka")
-    before = (_count("NotEnoughReplicas"), _count("ConnectionFailed"))
+    before = (_count("NotEnoughReplicas"), _count("ConnectionFailed"), _count("NodeNotReady"))
     caplog.set_level(logging.WARNING)
     try:
         for _ in range(5):
@@ -38,6 +40,12 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
             client.error("Unable connect to node with id %s: %s", 2,
                          "[Errno 111] Connection refused")
         client.error("Unable connect to node with id %s: %s", 3, "[Errno 111] Connection refused")
+        for _ in range(4):
+            sender.warning("Got error produce response: %s", "NodeNotReadyError: Attempt to send a"
+                           " request to node which is not ready (node id 1).")
+            sender.warning("Cannot send %r to %s: %r", EndTxnRequest, 1,
+                           NodeNotReadyError("Attempt to send a request to node which is not"
+                                             " ready (node id 1)."))
         group = logging.getLogger("aiokafka.consumer.group_coordinator")
         for _ in range(3):
             group.warning("Heartbeat failed for group %s: coordinator (node %s) is either not"
@@ -46,11 +54,13 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
     finally:
         for name, filters in saved.items():
             logging.getLogger(name).filters = filters
-    assert (_count("NotEnoughReplicas") - before[0], _count("ConnectionFailed") - before[1]) \
-        == (5, 6)
+    assert (_count("NotEnoughReplicas") - before[0], _count("ConnectionFailed") - before[1],
+            _count("NodeNotReady") - before[2]) == (5, 6, 8)
     logged = [r.getMessage() for r in caplog.records]
     assert not any("retrying" in m for m in logged)
     assert sum("node with id 2" in m for m in logged) == 1  # once a minute
     assert sum("node with id 3" in m for m in logged) == 1
     assert sum("Heartbeat failed" in m for m in logged) == 1
+    assert not any("Got error produce response" in m for m in logged)
+    assert sum("EndTxnRequest" in m for m in logged) == 1
     assert "something else entirely" in logged
