@@ -32,10 +32,12 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from bench.client import Client
@@ -68,6 +70,7 @@ class Brokers(Protocol):
     async def restart(self, node_id: int) -> None: ...
     async def stop_node(self, node_id: int) -> None: ...
     def active_controller(self) -> int: ...
+    def serving(self, node_id: int) -> bool: ...
 
 
 # -- what clients were told --------------------------------------------------
@@ -275,18 +278,36 @@ class Outcome:
     detail: str = ""
     #: Kafka requests ``up`` sent again during the phase, by error
     kafka_retries: dict[str, float] = field(default_factory=dict)
+    #: through the phase, (when, whether every partition leader and
+    #: coordinator a write needs was on a node that serves)
+    roles: list[tuple[float, bool]] = field(default_factory=list)
 
     def write_times(self) -> list[float]:
         return sorted(a.at for a in self.acks)
 
-    @property
-    def outage(self) -> float:
-        """The longest time from the fault on in which no write was acknowledged."""
+    def outage_window(self) -> tuple[float, float]:
+        """From the fault on, the longest time in which no write was
+        acknowledged (its end infinite when none was)."""
         times = [t for t in self.write_times() if t >= self.injected]
         if not times:
-            return float("inf")
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-        return max([times[0] - self.injected, *gaps])
+            return self.injected, float("inf")
+        return max(zip([self.injected, *times], times, strict=False), key=lambda w: w[1] - w[0])
+
+    @property
+    def outage(self) -> float:
+        start, end = self.outage_window()
+        return end - start
+
+    @property
+    def failover(self) -> float:
+        """Of the longest outage, the time Kafka itself had a partition or a
+        coordinator a write needs on a node that was down (its election not
+        yet over): what no client of this cluster can do without."""
+        start, end = self.outage_window()
+        samples = [*self.roles, (end, True)]
+        return sum(max(0.0, min(b, end) - max(a, start))
+                   for (a, served), (b, _) in zip(samples, samples[1:], strict=False)
+                   if not served)
 
     def p99_around(self, seconds: float = 30.0) -> float:
         """Write p99 (ms) of the writes completed within ``seconds`` of the fault."""
@@ -323,6 +344,42 @@ class KafkaView:
                 self.settings.committer_transactional_id, 1))
         finally:
             await admin.close()
+
+    async def roles(self, admin: AIOKafkaAdminClient) -> dict[str, int]:
+        """The nodes a write goes through: the leaders of the requests and
+        change-log partitions, the committer's transaction and group
+        coordinators (-1: none)."""
+        topics = await admin.describe_topics([self.settings.requests_topic,
+                                              self.settings.changes_topic])
+        roles = {t["topic"]: int(p["leader"]) for t in topics for p in t["partitions"]
+                 if p["partition"] == 0}
+        roles["transaction"] = int(await admin.find_coordinator(
+            self.settings.committer_transactional_id, 1))
+        roles["group"] = int(await admin.find_coordinator(self.settings.committer_group, 0))
+        return roles
+
+    async def sample(self, brokers: Brokers, into: list[tuple[float, bool]],
+                     every: float = 0.25) -> None:
+        """Until cancelled, append to ``into`` whether every node of
+        :meth:`roles` serves, every ``every`` seconds (a sample Kafka does
+        not answer within 2 s is left out)."""
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=2000)
+        await admin.start()
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(2):
+                        roles = await self.roles(admin)
+                except (KafkaError, TimeoutError, OSError):
+                    pass
+                else:
+                    into.append((time.perf_counter(),
+                                 all(n >= 0 and brokers.serving(n) for n in roles.values())))
+                await asyncio.sleep(every)
+        finally:
+            with contextlib.suppress(KafkaError, TimeoutError, OSError):
+                async with asyncio.timeout(2):
+                    await admin.close()
 
 
 async def _kill_then_restart(brokers: Brokers, node: int, what: str, after: float) -> str:
@@ -415,6 +472,8 @@ async def phase(fault: str, brokers: Brokers, kubeconfig: Any, settings: Setting
                             labels="app.kubernetes.io/managed-by=kyverno"),
                     Watcher(watch_client, "ephemeralreports")]
         watching = [asyncio.create_task(w.run()) for w in watchers]
+        roles: list[tuple[float, bool]] = []
+        sampling = asyncio.create_task(view.sample(brokers, roles))
         retried = await kafka_retries(client)
         run = Run()
         load = asyncio.create_task(closed_loop(driver, pool, concurrency=clients,
@@ -430,12 +489,13 @@ async def phase(fault: str, brokers: Brokers, kubeconfig: Any, settings: Setting
             if resumed:
                 await asyncio.sleep(after)
         finally:
-            load.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await load
+            for task in (load, sampling):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         run.seconds = time.perf_counter() - run.started
         outcome = Outcome(fault, injected, recovered, run, list(client.acks),
-                          Counter(client.refusals), watchers, detail=detail)
+                          Counter(client.refusals), watchers, detail=detail, roles=roles)
         if not resumed:
             outcome.problems.append("writes did not resume in 120 s after the fault")
         after_phase = await kafka_retries(client)
@@ -674,24 +734,40 @@ async def verify(outcome: Outcome, client: Client, log: list[tuple[int, Change]]
 # -- the benchmark's fault phases ----------------------------------------------
 #: faults that lose one broker: writes must resume within this (seconds)
 OUTAGE_TARGET = 10.0
+#: ... of which, once Kafka's election is over (seconds)
+SHARE_TARGET = 2.0
 
 
-async def run(brokers: Brokers, data_dir: Any, names: list[str], *, clients: int = 16,
+async def run(brokers: Brokers, data_dir: Path, names: list[str], *, clients: int = 16,
               before: float = 30.0, after: float = 30.0,
               progress: Callable[[str], None] = print) -> Report:
     """``up`` on ``data_dir`` with KAFKA_BOOTSTRAP at ``brokers``; each fault of
-    ``names`` in turn under ``clients`` writers; a figure per measure."""
+    ``names`` in turn under ``clients`` writers; a figure per measure. First,
+    the cost of replication: ``clients`` writers for ``before + after``
+    seconds against ``up`` on its embedded broker, then on ``brokers``."""
     report = Report()
     for backoff in (100, COMMITTER_RETRY_BACKOFF_MS):
         progress(f"transaction verification: back-to-back transactions, retry backoff"
                  f" {backoff} ms")
         verification_figures(report, await verification(brokers.bootstrap,
                                                          retry_backoff_ms=backoff))
+    seconds = before + after
+    progress(f"replication's cost: {clients} writers for {seconds:g} s on the embedded broker")
+    embedded = RunningSystem(data_dir.with_name(data_dir.name + "-embedded"))
+    await embedded.start()
+    try:
+        alone = await throughput(embedded.kubeconfig, clients=clients, seconds=seconds)
+    finally:
+        await embedded.stop()
     env = {"KAFKA_BOOTSTRAP": brokers.bootstrap}
     settings = Settings.from_env(env)
     system = RunningSystem(data_dir, env=env)
     await system.start()
     try:
+        progress(f"replication's cost: {clients} writers for {seconds:g} s on the"
+                 f" {len(brokers.node_ids())}-node cluster")
+        replication_figures(report, alone, await throughput(
+            system.kubeconfig, clients=clients, seconds=seconds), len(brokers.node_ids()))
         for name in names:
             progress(f"fault {name}: {clients} clients, {before:g} s before, {after:g} s"
                      " after it is over")
@@ -711,6 +787,13 @@ def figures(report: Report, o: Outcome) -> None:
     errors = ", ".join(f"{n} x {k}" for k, n in sorted(o.refusals.items())) or "none"
     report.add(f"fault {o.fault}: longest write outage", o.outage, "s",
                ("<=", OUTAGE_TARGET) if one_broker else None, note=o.detail)
+    report.add(f"fault {o.fault}: Kafka's own failover in it", o.failover, "s",
+               note="a partition leader or coordinator a write needs on a node that was down"
+                    " (Kafka elects another after broker.session.timeout.ms, 9 s)")
+    report.add(f"fault {o.fault}: the system's share of it", o.outage - o.failover, "s",
+               ("<=", SHARE_TARGET) if one_broker else None,
+               note="the outage once Kafka had every leader and coordinator on a node that"
+                    " serves")
     report.add(f"fault {o.fault}: write p99 around it", o.p99_around(), "ms",
                note=f"writes completed within 30 s of the fault; {len(o.acks)} acknowledged")
     report.add(f"fault {o.fault}: client-visible errors", sum(o.refusals.values()), "",
@@ -720,6 +803,53 @@ def figures(report: Report, o: Outcome) -> None:
     retried = ", ".join(f"{k} {n:.0f}" for k, n in sorted(o.kafka_retries.items()))
     report.add(f"fault {o.fault}: Kafka retries in up", sum(o.kafka_retries.values()), "",
                note=retried or "none")
+
+
+# -- the cost of replication --------------------------------------------------
+#: writes/s on the cluster against the embedded broker, at least
+REPLICATED_RATIO_TARGET = 0.8
+
+
+@dataclass(frozen=True)
+class Throughput:
+    writes: int
+    seconds: float
+    p99: float  # ms
+
+    @property
+    def per_second(self) -> float:
+        return self.writes / self.seconds if self.seconds else float("nan")
+
+
+async def throughput(kubeconfig: Path, *, clients: int = 16, seconds: float = 30.0,
+                     pool_size: int = 400, seed: int = 2) -> Throughput:
+    """The benchmark's Kyverno-shaped writers, ``clients`` of them, for
+    ``seconds`` after each of ``pool_size`` reports was created once."""
+    rng = random.Random(seed)
+    pool = resources(pool_size, 8, prefix="replication", rng=rng)
+    async with Client(kubeconfig, connections=clients + 8) as client:
+        driver = Driver(client, Mix(), rng)
+        await closed_loop(driver, pool, concurrency=clients, seed=True)
+        run = await closed_loop(driver, pool, concurrency=clients, duration=seconds)
+    if run.errors:
+        raise RuntimeError(f"writes failed without a fault: {dict(run.errors)}")
+    return Throughput(len(run.write_latencies), run.seconds,
+                      percentile(run.write_latencies, 99) * 1000)
+
+
+def replication_figures(report: Report, alone: Throughput, replicated: Throughput,
+                        nodes: int) -> None:
+    """Pure."""
+    report.add("replication: writes/s, embedded broker", alone.per_second, "/s",
+               note=f"{alone.writes} writes in {alone.seconds:.0f} s")
+    report.add(f"replication: writes/s, {nodes} brokers", replicated.per_second, "/s",
+               note=f"{replicated.writes} writes in {replicated.seconds:.0f} s; three replicas,"
+                    " two in sync, transaction verification on")
+    report.add(f"replication: writes/s, {nodes} brokers / embedded",
+               replicated.per_second / alone.per_second, "x",
+               (">=", REPLICATED_RATIO_TARGET))
+    report.add("replication: write p99, embedded broker", alone.p99, "ms")
+    report.add(f"replication: write p99, {nodes} brokers", replicated.p99, "ms")
 
 
 # -- transaction verification (KIP-890 part 1) ----------------------------------

@@ -72,6 +72,8 @@ class KafkaNode:
         self.port = 0
         self.controller_port = 0
         self.proc: asyncio.subprocess.Process | None = None
+        #: stopped with SIGSTOP, not yet continued
+        self.paused = False
 
     @property
     def bootstrap(self) -> str:
@@ -86,7 +88,13 @@ class KafkaNode:
     def running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
 
+    @property
+    def serving(self) -> bool:
+        """Running and not paused: what its peers can reach."""
+        return self.running and not self.paused
+
     async def spawn(self, libs: Path) -> None:
+        self.paused = False
         out = open(self.layout.console, "ab")  # noqa: SIM115 - handed to the child
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -207,9 +215,14 @@ class KafkaCluster:
     def pause(self, node_id: int) -> None:
         """SIGSTOP: the node stops answering, its connections stay open."""
         self.node(node_id).signal(signal.SIGSTOP)
+        self.node(node_id).paused = True
 
     def resume(self, node_id: int) -> None:
         self.node(node_id).signal(signal.SIGCONT)
+        self.node(node_id).paused = False
+
+    def serving(self, node_id: int) -> bool:
+        return self.node(node_id).serving
 
     async def restart(self, node_id: int, timeout: float = 120.0) -> None:
         """Start a node that was killed or stopped, with its disk; return
@@ -227,6 +240,7 @@ class KafkaCluster:
         if not n.running:
             return
         n.signal(signal.SIGCONT)  # a paused node cannot stop
+        n.paused = False
         n.signal(signal.SIGTERM)
         try:
             async with asyncio.timeout(timeout):

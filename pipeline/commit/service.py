@@ -221,11 +221,21 @@ class CommitService:
         earlier one), end what an earlier one left hanging, wait until no
         transaction of an earlier one is pending in the change log, and
         recover the committer's state from it."""
+        steps: list[tuple[str, float]] = []
+        started = time.monotonic()
+
+        def step(name: str) -> None:
+            # each step's seconds, said in one line: where a slow take-over waited
+            nonlocal started
+            steps.append((name, time.monotonic() - started))
+            started = time.monotonic()
+
         if self._before is None:
             # How the coordinator ended the earlier producer's last transaction
             # is known only until this one's InitProducerId; kept until a
             # take-over gets through.
             self._before = (await kafka.committer_view(self._settings, self._bootstrap),)
+            step("coordinator's view")
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True,
             transactional_id=self._settings.committer_transactional_id,
@@ -236,28 +246,33 @@ class CommitService:
             retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS, linger_ms=0,
             max_batch_size=kafka.MAX_BATCH_BYTES,
             max_request_size=kafka.MAX_REQUEST_BYTES, compression_type=kafka.COMPRESSION,
-            request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
+            request_timeout_ms=kafka.QUICK_REQUEST_TIMEOUT_MS)
         await producer.start()
         self._hook(producer)
         try:
             # The producer id and epoch (InitProducerId): this is the fencing step.
             await _alive(producer, producer._txn_manager.wait_for_pid(),
                          self._settings.write_timeout, "InitProducerId")
+            step("InitProducerId")
             for ended in await kafka.end_hanging(
                     self._settings, self._bootstrap, self._before[0],
                     producer_id=producer._txn_manager.producer_id,
                     epoch=producer._txn_manager.producer_epoch):
                 log.warning("%s: its coordinator had finished it, but its marker never"
                             " reached the partition", ended)
+            step("hanging transactions")
             await kafka.wait_no_open_transactions(self._settings, self._bootstrap)
+            step("open transactions")
             await self._committer.recover()
+            step("recovery")
         except BaseException:
             await producer.stop()
             raise
         self._before = None
         self._producer = producer
-        log.info("this worker is the committer (transactional.id %s)",
-                 self._settings.committer_transactional_id)
+        log.info("this worker is the committer (transactional.id %s; %s)",
+                 self._settings.committer_transactional_id,
+                 ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps))
 
     async def _run(self) -> None:
         assert self._consumer is not None

@@ -74,6 +74,11 @@ IDLE_FETCH_WAIT_MS = 5000
 #: although the cluster had moved its partitions after its session timeout
 #: (9 s).
 REQUEST_TIMEOUT_MS = 8000
+#: ... for a client that sends no fetch: the committer's producer and the
+#: clients of its take-over. A stopped broker keeps its connections open and
+#: answers nothing; each request that went to it (a bootstrap picks a broker
+#: at random) held a take-over for REQUEST_TIMEOUT_MS, three of them in a row.
+QUICK_REQUEST_TIMEOUT_MS = 3000
 #: A consumer that works in batches anyway (the materializer, the agents)
 #: fetches this much at a time, or what has arrived within BULK_FETCH_WAIT_MS.
 BULK_FETCH_MIN_BYTES = 512 * 1024
@@ -291,7 +296,7 @@ def consumer(bootstrap: str, **options: Any) -> AIOKafkaConsumer:
     if "group_id" not in options:
         # a group's JoinGroup waits for every member to join again, on the
         # same timeout (aiokafka has no separate one): groups keep the default
-        options["request_timeout_ms"] = REQUEST_TIMEOUT_MS
+        options.setdefault("request_timeout_ms", REQUEST_TIMEOUT_MS)
     return AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                             isolation_level=ISOLATION, **options)
 
@@ -302,9 +307,9 @@ async def wait_no_open_transactions(settings: Settings, bootstrap: str,
     offset reaches its end), so what a reader sees is all that will ever be
     committed before the next transaction."""
     tp = TopicPartition(settings.changes_topic, 0)
-    committed = consumer(bootstrap)
+    committed = consumer(bootstrap, request_timeout_ms=QUICK_REQUEST_TIMEOUT_MS)
     everything = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                  request_timeout_ms=REQUEST_TIMEOUT_MS)
+                                  request_timeout_ms=QUICK_REQUEST_TIMEOUT_MS)
     await committed.start()
     await everything.start()
     try:
@@ -343,7 +348,7 @@ async def committer_view(settings: Settings, bootstrap: str
                          ) -> transactions.CoordinatorView | None:
     """The coordinator's view of the committer's transactional.id."""
     async with transactions.Transactions(
-            bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS) as admin:
+            bootstrap, request_timeout_ms=QUICK_REQUEST_TIMEOUT_MS) as admin:
         return await admin.coordinator_view(settings.committer_transactional_id)
 
 
@@ -354,7 +359,7 @@ async def end_hanging(settings: Settings, bootstrap: str,
     every partition its transactions write: the change log, the replies and
     its group's offsets."""
     async with transactions.Transactions(
-            bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS) as admin:
+            bootstrap, request_timeout_ms=QUICK_REQUEST_TIMEOUT_MS) as admin:
         offsets = transactions.offsets_partition(
             settings.committer_group, await admin.partitions(OFFSETS_TOPIC))
         found = {tp: await admin.producers(tp) for tp in (

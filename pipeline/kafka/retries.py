@@ -15,17 +15,19 @@ import time
 from pipeline.observe import metrics
 
 _CLASS = r"<class 'aiokafka\.errors\.(?P<error>\w+?)(?:Error)?'>"
+#: an error as ``str()`` gives it: ``NodeNotReadyError: ...``, ``[Error 7] RequestTimedOutError``
+_STR = r"(?:\[Error \d+\] )?(?P<error>\w+?)(?:Error)?(?::|$)"
 #: (what aiokafka says, whether to log it once a minute; else never)
 PATTERNS = (
     (re.compile(r"Got error produce response on (?P<key>.+), retrying\. Error: " + _CLASS),
      False),
     # a produce that met no answer (its leader's broker gone): retried after
     # the producer's backoff, milliseconds, until Kafka elects another leader
-    (re.compile(r"^Got error produce response: (?P<error>\w+?)(?:Error)?:"), False),
+    (re.compile(r"^Got error produce response: " + _STR), False),
     (re.compile(r"^Cannot send (?P<key><class '[\w.]+'> to \S+): (?P<error>\w+?)(?:Error)?\("),
      True),
     (re.compile(r"^Unable connect to (?P<key>node with id \S+|\"[^\"]+\")"), True),
-    (re.compile(r"^Failed fetch messages from (?P<key>\S+): (?P<error>\w+?)(?:Error)?:"), True),
+    (re.compile(r"^Failed fetch messages from (?P<key>\S+): " + _STR), True),
     (re.compile(r"^Attempt to fetch offsets for partition (?P<key>.+) failed due to: "
                 + _CLASS), True),
     # a group whose coordinator's broker is gone: said every 100 ms

@@ -102,7 +102,8 @@ async def test_a_broker_fault_loses_nothing_acknowledged(replicated: Replicated,
 @pytest.mark.timeout(900)
 def test_the_bench_breaks_a_three_node_clusters_brokers(tmp_path: Path) -> None:
     """``bench --kafka-brokers 3``: its own cluster and `up`, the transaction
-    verification measure, one fault's figures, and nothing left running."""
+    verification measure, writes on the embedded broker against the cluster,
+    one fault's figures, and nothing left running."""
     output = tmp_path / "faults.json"
     done = subprocess.run(
         [str(BIN / "reports-pipeline"), "bench", "--kafka-brokers", "3", "--faults",
@@ -110,9 +111,15 @@ def test_the_bench_breaks_a_three_node_clusters_brokers(tmp_path: Path) -> None:
          "--output", str(output)], capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = {f["name"]: f for f in json.loads(output.read_text())["figures"]}
-    for name in ("longest write outage", "write p99 around it", "client-visible errors",
+    for name in ("longest write outage", "Kafka's own failover in it",
+                 "the system's share of it", "write p99 around it", "client-visible errors",
                  "failed checks", "Kafka retries in up"):
         assert f"fault changes-leader: {name}" in figures, name
+    # the cost of replication, both sides measured in this run
+    for name in ("writes/s, embedded broker", "writes/s, 3 brokers",
+                 "write p99, embedded broker", "write p99, 3 brokers"):
+        assert figures[f"replication: {name}"]["value"] > 0, name
+    assert "replication: writes/s, 3 brokers / embedded" in figures
     assert figures["fault changes-leader: failed checks"]["value"] == 0
     for backoff in (100, COMMITTER_RETRY_BACKOFF_MS):
         assert f"verification retries, backoff {backoff} ms" in figures

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from aiokafka.errors import NodeNotReadyError
+from aiokafka.errors import NodeNotReadyError, RequestTimedOutError
 from aiokafka.protocol.transaction import EndTxnRequest
 
 from pipeline.kafka import retries
@@ -29,7 +29,9 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
     retries.count_retries()
     sender = logging.getLogger("aiokafka.producer.sender")
     client = logging.getLogger("aiokafka")
-    before = (_count("NotEnoughReplicas"), _count("ConnectionFailed"), _count("NodeNotReady"))
+    fetcher = logging.getLogger("aiokafka.consumer.fetcher")
+    before = (_count("NotEnoughReplicas"), _count("ConnectionFailed"), _count("NodeNotReady"),
+              _count("RequestTimedOut"))
     caplog.set_level(logging.WARNING)
     try:
         for _ in range(5):
@@ -43,6 +45,8 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
         for _ in range(4):
             sender.warning("Got error produce response: %s", "NodeNotReadyError: Attempt to send a"
                            " request to node which is not ready (node id 1).")
+            sender.warning("Got error produce response: %s", RequestTimedOutError())
+            fetcher.error("Failed fetch messages from %s: %s", 3, RequestTimedOutError())
             sender.warning("Cannot send %r to %s: %r", EndTxnRequest, 1,
                            NodeNotReadyError("Attempt to send a request to node which is not"
                                              " ready (node id 1)."))
@@ -55,7 +59,8 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
         for name, filters in saved.items():
             logging.getLogger(name).filters = filters
     assert (_count("NotEnoughReplicas") - before[0], _count("ConnectionFailed") - before[1],
-            _count("NodeNotReady") - before[2]) == (5, 6, 8)
+            _count("NodeNotReady") - before[2], _count("RequestTimedOut") - before[3]) \
+        == (5, 6, 8, 8)
     logged = [r.getMessage() for r in caplog.records]
     assert not any("retrying" in m for m in logged)
     assert sum("node with id 2" in m for m in logged) == 1  # once a minute
@@ -63,4 +68,5 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
     assert sum("Heartbeat failed" in m for m in logged) == 1
     assert not any("Got error produce response" in m for m in logged)
     assert sum("EndTxnRequest" in m for m in logged) == 1
+    assert sum("Failed fetch messages" in m for m in logged) == 1
     assert "something else entirely" in logged
