@@ -361,18 +361,17 @@ class KafkaView:
     async def sample(self, brokers: Brokers, into: list[tuple[float, bool]],
                      every: float = 0.25) -> None:
         """Until cancelled, append to ``into`` whether every node of
-        :meth:`roles` serves, every ``every`` seconds (a sample Kafka does
-        not answer within 2 s is left out)."""
+        :meth:`roles` serves, every ``every`` seconds (when Kafka does not
+        answer within 2 s, the roles are where it last said)."""
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=2000)
         await admin.start()
+        roles: dict[str, int] = {}
         try:
             while True:
-                try:
+                with contextlib.suppress(KafkaError, TimeoutError, OSError):
                     async with asyncio.timeout(2):
                         roles = await self.roles(admin)
-                except (KafkaError, TimeoutError, OSError):
-                    pass
-                else:
+                if roles:
                     into.append((time.perf_counter(),
                                  all(n >= 0 and brokers.serving(n) for n in roles.values())))
                 await asyncio.sleep(every)

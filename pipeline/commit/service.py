@@ -146,7 +146,8 @@ class CommitService:
         self._consumer = kafka.consumer(
             self._bootstrap, group_id=self._settings.committer_group,
             auto_offset_reset="earliest", max_poll_records=MAX_BATCH,
-            session_timeout_ms=10000, heartbeat_interval_ms=3000,
+            session_timeout_ms=kafka.GROUP_SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms=kafka.GROUP_REBALANCE_TIMEOUT_MS, heartbeat_interval_ms=3000,
             group_instance_id=self._settings.instance_id or None,
             max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES)
         await self._consumer.start()

@@ -79,6 +79,18 @@ REQUEST_TIMEOUT_MS = 8000
 #: answers nothing; each request that went to it (a bootstrap picks a broker
 #: at random) held a take-over for REQUEST_TIMEOUT_MS, three of them in a row.
 QUICK_REQUEST_TIMEOUT_MS = 3000
+#: The committer's and the materializer's groups: a member is expelled after
+#: this long without a heartbeat its coordinator saw (Kafka's default since
+#: 3.0). With 10 s, a broker failover that took the group's coordinator
+#: (9-16 s) expelled the committer just as it had taken over again, and the
+#: rebalance and a second take-over cost 5 s more. A worker that is gone for
+#: good loses its partitions after this; one started again under the same
+#: REPORTS_INSTANCE_ID (static membership, as `up`) takes them back at once.
+GROUP_SESSION_TIMEOUT_MS = 45000
+#: How long a rebalance waits for members to join again: longer than a
+#: batch in hand may take (the write timeout), shorter than a group
+#: request may wait (aiokafka's 40 s: JoinGroup is answered once it is over).
+GROUP_REBALANCE_TIMEOUT_MS = 20000
 #: A consumer that works in batches anyway (the materializer, the agents)
 #: fetches this much at a time, or what has arrived within BULK_FETCH_WAIT_MS.
 BULK_FETCH_MIN_BYTES = 512 * 1024

@@ -63,7 +63,8 @@ class Materializer:
             auto_offset_reset="earliest", max_poll_records=self._settings.materialize_batch,
             max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES,
             fetch_min_bytes=kafka.BULK_FETCH_MIN_BYTES, fetch_max_wait_ms=kafka.BULK_FETCH_WAIT_MS,
-            session_timeout_ms=10000, heartbeat_interval_ms=3000,
+            session_timeout_ms=kafka.GROUP_SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms=kafka.GROUP_REBALANCE_TIMEOUT_MS, heartbeat_interval_ms=3000,
             group_instance_id=self._settings.instance_id or None)
         await self._consumer.start()
         self._consumer.subscribe([self._tp.topic], listener=_Position(self))
