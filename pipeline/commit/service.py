@@ -440,12 +440,15 @@ class CommitService:
         added = asyncio.ensure_future(self._added.wait())
         sender = producer._sender.sender_task
         try:
-            async with asyncio.timeout(self._settings.write_timeout):
-                await asyncio.wait((added, sender), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((added, sender), timeout=self._settings.write_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
         finally:
             added.cancel()
         if not self._added.is_set():
-            failed = sender.exception() if sender.done() and not sender.cancelled() else None
+            if not sender.done():
+                raise KafkaError(f"the committer's transaction could not begin: Kafka did not"
+                                 f" add its partitions in {self._settings.write_timeout:g} s")
+            failed = sender.exception() if not sender.cancelled() else None
             if isinstance(failed, ProducerFenced):
                 self.fenced += 1
                 raise Fenced(str(failed)) from failed
