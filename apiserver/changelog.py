@@ -335,11 +335,13 @@ class ChangeLog:
         self._subscribers.discard(sub)
 
     def first_changes(self, resource: str, namespace: str | None, since: int,
-                      after: tuple[str, str] | None) -> dict[tuple[str, str], Event]:
+                      after: tuple[str, str] | None, upto: tuple[str, str] | None = None
+                      ) -> dict[tuple[str, str], Event]:
         """The first change after resourceVersion ``since`` of every
-        (namespace, name) of ``resource`` (in ``namespace``) past ``after``:
-        what a list as of ``since`` must see differently from now. Raises
-        Expired when the cache no longer reaches back to ``since``."""
+        (namespace, name) of ``resource`` (in ``namespace``) past ``after``
+        and up to ``upto`` (inclusive): what a list as of ``since`` must see
+        differently from now. Raises Expired when the cache no longer reaches
+        back to ``since``."""
         if since < self._history:
             raise Expired(f"too old resource version: {since} ({self._history})")
         first: dict[tuple[str, str], Event] = {}
@@ -349,7 +351,7 @@ class ChangeLog:
             _, ns, name = event.key
             if event.key[0] != resource or (namespace is not None and ns != namespace):
                 continue
-            if after is None or (ns, name) > after:
+            if (after is None or (ns, name) > after) and (upto is None or (ns, name) <= upto):
                 first[(ns, name)] = event  # the earliest is seen last
         return first
 

@@ -3,6 +3,7 @@ tail for reads, the committer (through Kafka) for writes."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from pipeline.clickhouse.store import ReportStore, StoredObject, StoreError
 from pipeline.model.objects import now_rfc3339
 from pipeline.model.resources import ResourceType
 from pipeline.observe import metrics
+
+log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 #: what a write answers: the object, or its change as the change log holds it
@@ -156,25 +159,24 @@ class ReportService:
             else:
                 await self.changelog.sync()
                 list_rv = token.resource_version
-                snapshot = await self._as_of(query, list_rv, after)
+                try:
+                    snapshot = await self._as_of(query, list_rv, after)
+                except Expired:
+                    raise _expired_continue(query, after) from None
         else:
             list_rv = await self._sync(resource_version, match)
         result = ListResult(list_rv, _empty())
         result.items = self._page(query, after, limit, result, snapshot)
         return result
 
-    async def _as_of(self, query: ListQuery, rv: int, after: tuple[str, str] | None
-                     ) -> dict[tuple[str, str], Item | None]:
-        """The objects past ``after`` that changed since ``rv``, as they were at
-        ``rv`` (None: not there, or not matching): with the rest as they are
-        now, the list as of ``rv``. 410 Expired when that state is gone (the
-        cache no longer reaches back to ``rv``, or ClickHouse merged an old
-        version away), with a token to go on inconsistently, as kube-apiserver
-        after etcd compacted the first page's revision."""
-        try:
-            first = self.changelog.first_changes(query.rtype.id, query.namespace, rv, after)
-        except Expired:
-            raise _expired_continue(query, after) from None
+    async def _as_of(self, query: ListQuery, rv: int, after: tuple[str, str] | None,
+                     upto: tuple[str, str] | None = None) -> dict[tuple[str, str], Item | None]:
+        """The objects past ``after`` (up to ``upto``) that changed since
+        ``rv``, as they were at ``rv`` (None: not there, or not matching): with
+        the rest as they are now, the list as of ``rv``. Expired when that
+        state is gone (the cache no longer reaches back to ``rv``, or
+        ClickHouse merged an old version away)."""
+        first = self.changelog.first_changes(query.rtype.id, query.namespace, rv, after, upto)
         out: dict[tuple[str, str], Item | None] = {}
         wanted = []
         for key, event in first.items():
@@ -190,7 +192,7 @@ class ReportService:
         for ns, name, _ in wanted:
             row = found.get((ns, name))
             if row is None:
-                raise _expired_continue(query, after)
+                raise Expired(f"version {rv} of {ns}/{name} was merged away")
             item = _stored(row)
             out[(ns, name)] = item if query.matches(item.object()) else None
         return out
@@ -202,7 +204,8 @@ class ReportService:
         last: tuple[str, str] | None = None
         # A page needs the item past its limit to know whether to continue: a
         # batch of PAGE + 1 keeps a page of up to PAGE items to one query.
-        items = self.iterate(query, after, batch=min(limit, PAGE) + 1 if limit else PAGE)
+        items = self.iterate(query, after, batch=min(limit, PAGE) + 1 if limit else PAGE,
+                             as_of=result.resource_version)
         async for item in (_with_snapshot(items, snapshot) if snapshot else items):
             if limit and count == limit:
                 assert last is not None
@@ -214,10 +217,12 @@ class ReportService:
             yield item
 
     async def iterate(self, query: ListQuery, after: tuple[str, str] | None = None, *,
-                      batch: int = PAGE) -> AsyncIterator[Item]:
+                      batch: int = PAGE, as_of: int | None = None) -> AsyncIterator[Item]:
         """Current objects matching ``query`` in (namespace, name) order: each
         batch from ClickHouse overlaid with the cache's changes in its range
-        (taken per batch, so a page costs its size, not the cache's)."""
+        (taken per batch, so a page costs its size, not the cache's). With
+        ``as_of``, as they were at that resourceVersion: a list streamed while
+        writes go on holds no item newer than its own resourceVersion."""
         params: dict[str, Any] = {}
         conditions = query.labels.sql(params) + query.fields.sql(params)
         cursor = after
@@ -235,6 +240,8 @@ class ReportService:
                 have = merged.get(key)
                 if have is None or change.resource_version >= have.resource_version:
                     merged[key] = change
+            if as_of is not None:
+                await self._back_to(query, as_of, cursor, upper, merged)
             for key in sorted(merged):
                 entry = merged[key]
                 if isinstance(entry, Item):
@@ -244,6 +251,32 @@ class ReportService:
             if exhausted:
                 return
             cursor = upper
+
+    async def _back_to(self, query: ListQuery, rv: int, after: tuple[str, str] | None,
+                       upto: tuple[str, str] | None,
+                       merged: dict[tuple[str, str], Item | Cached]) -> None:
+        """Turns ``merged``, a batch of a list past ``after`` up to ``upto``,
+        back to how it was at ``rv``, where anything in it is newer (changed,
+        created or deleted since the list began)."""
+        newest = max((e.resource_version for e in merged.values()), default=0)
+        if newest <= rv:
+            return
+        if newest > self.changelog.resource_version:  # ClickHouse ahead of the cache
+            await self.changelog.wait_for(newest)
+        try:
+            then = await self._as_of(query, rv, after, upto)
+        except Expired:
+            # The list has streamed for longer than the cache holds changes:
+            # this batch is served as it is now, as a watch from ``rv``
+            # replays it (a paged list gets 410 instead, at its next page).
+            log.info("a list as of %d outlived the cache's history: a batch is served"
+                     " as it is now", rv)
+            return
+        for key, item in then.items():
+            if item is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = item
 
     # -- writes -----------------------------------------------------------
     async def _write(self, *, dry_run: bool = False, **kwargs: Any) -> Written:

@@ -148,3 +148,47 @@ async def test_lists_read_in_many_batches_see_each_object_once(start, make_setti
         first = (await api.get(path, params={"limit": limit})).json()
         rest = await page_through(api, path, first["metadata"]["continue"], int(limit))
         assert names(first) + [i["metadata"]["name"] for i in rest] == wanted
+
+
+async def test_a_list_streamed_while_writes_go_on_is_its_resource_versions_state(  # type: ignore[no-untyped-def]
+        start, make_settings, monkeypatch) -> None:
+    """A whole list is read a batch at a time while it streams: objects
+    changed, deleted or created past the batch it has reached come out as
+    they were at the list's resourceVersion, as kube-apiserver's single read
+    gives them. Nothing in it is newer than that version."""
+    monkeypatch.setattr("apiserver.service.PAGE", 4)
+    running = await start(make_settings())
+    api, store = running.client, running.system.store
+    path = collection_path(POLR, "stream")
+    for i in range(20):
+        assert (await api.post(path, json=report(POLR, f"s{i:02d}", "stream"))).status_code == 201
+    before = (await api.get(path)).json()
+    async with asyncio.timeout(30):  # in ClickHouse, read from it a batch at a time
+        while await store.watermark() < int(before["metadata"]["resourceVersion"]):
+            await asyncio.sleep(0.1)
+
+    read = store.list_page
+    calls = []
+
+    async def list_page(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("after"))
+        if len(calls) == 2:  # the first batch is out: write past it
+            assert (await api.patch(f"{path}/s10", headers=MERGE,
+                                    json={"metadata": {"labels": {"late": "yes"}}})
+                    ).status_code == 200
+            assert (await api.delete(f"{path}/s12")).status_code == 200
+            assert (await api.post(path, json=report(POLR, "s15a", "stream"))).status_code == 201
+            assert (await api.delete(f"{path}/s01")).status_code == 200
+        return await read(*args, **kwargs)
+    monkeypatch.setattr(store, "list_page", list_page)
+
+    during = (await api.get(path)).json()
+    assert len(calls) > 2
+    assert during["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert during["items"] == before["items"]
+    listed = int(during["metadata"]["resourceVersion"])
+    assert all(int(i["metadata"]["resourceVersion"]) <= listed for i in during["items"])
+    # the next list is the state after the writes
+    monkeypatch.setattr(store, "list_page", read)
+    after = names((await api.get(path)).json())
+    assert "s12" not in after and "s01" not in after and "s15a" in after
