@@ -431,6 +431,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="the faults of --kafka-brokers, in order (default: all)")
     bench.add_argument("--fault-seconds", type=float, default=30.0,
                        help="seconds of load before each fault and after it is over")
+    bench.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="a broker setting of --kafka-brokers' nodes on top of Kafka's"
+                            " defaults and production's, for example"
+                            " broker.session.timeout.ms=4500 (repeatable)")
     return parser
 
 
@@ -444,10 +448,14 @@ def _bench_faults(args: argparse.Namespace) -> int:
               f" {', '.join(bench_faults.FAULTS)})" if unknown else
               "reports-pipeline bench: --kafka-brokers needs 3 nodes or more", file=sys.stderr)
         return 2
+    config = dict(item.partition("=")[::2] for item in args.kafka_config)
+    if any(not k or not v for k, v in config.items()):
+        print("reports-pipeline bench: --kafka-config takes KEY=VALUE", file=sys.stderr)
+        return 2
     base = args.data_dir or Path(tempfile.mkdtemp(prefix="reports-faults-"))
 
     async def faults() -> Report:
-        cluster = KafkaCluster(base / "kafka", nodes=args.kafka_brokers,
+        cluster = KafkaCluster(base / "kafka", nodes=args.kafka_brokers, config=config,
                                progress=lambda m: print(f"-- {m}", flush=True))
         await cluster.start()
         try:

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from launcher.broker import (
@@ -49,15 +49,17 @@ PRODUCTION = {"default.replication.factor": "3", "min.insync.replicas": "2"}
 
 
 def node_properties(*, node: int, port: int, controller_port: int, voters: str,
-                    logs: Path) -> str:
+                    logs: Path, config: Mapping[str, str] | None = None) -> str:
     """One node of the cluster: its listeners and log directory on top of
-    Kafka's defaults and :data:`PRODUCTION`. Pure."""
+    Kafka's defaults and :data:`PRODUCTION`, then ``config`` (an operator's
+    own settings, as ``bench --kafka-config`` gives them). Pure."""
     props = {
         **kraft_node(node=node, voters=voters, port=port, controller_port=controller_port,
                      logs=logs),
         **PRODUCTION,
         # heap, not behaviour: the log cleaner's dedupe map is 128 MiB by default
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+        **(config or {}),
     }
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -125,10 +127,12 @@ class KafkaCluster:
     """``nodes`` KRaft nodes under ``root``."""
 
     def __init__(self, root: Path, *, nodes: int = 3, heap: str = "256m",
-                 cache: Path | None = None, progress: Callable[[str], None] | None = None):
+                 cache: Path | None = None, progress: Callable[[str], None] | None = None,
+                 config: Mapping[str, str] | None = None):
         if nodes < 1:
             raise ValueError("a Kafka cluster has at least one node")
         self.root = root
+        self.config = dict(config or {})
         self.nodes = [KafkaNode(i, root / f"node-{i}", heap) for i in range(1, nodes + 1)]
         self._cache = cache or default_cache()
         self._progress = progress or (lambda message: log.info("%s", message))
@@ -175,7 +179,7 @@ class KafkaCluster:
             n.layout.logs.mkdir(parents=True, exist_ok=True)
             n.layout.config.write_text(node_properties(
                 node=n.id, port=n.port, controller_port=n.controller_port, voters=voters,
-                logs=n.layout.logs))
+                logs=n.layout.logs, config=self.config))
             n.layout.log4j.write_text(log4j_properties(n.layout.log_file))
         await asyncio.gather(*(format_storage(libs, n.heap, n.layout, cid)
                                for n in self.nodes

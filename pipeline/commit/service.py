@@ -86,6 +86,16 @@ RETRY_SECONDS = (0.05, 1.0)
 #: How long a batch may wait on Kafka before new requests are refused. A
 #: transaction takes milliseconds; a leader election a few seconds.
 STALL_SECONDS = 3.0
+#: How long a transaction's step may wait for Kafka before the committer
+#: gives up its producer (a new one takes over). A broker lost is fenced
+#: after its session (9 s by default) and its partitions led elsewhere;
+#: until then the transaction log's writes, and a coordinator's on that
+#: broker, wait for it. A new producer would wait for the same, after a take
+#: over of seconds: with the write timeout (10 s) the committer gave up just
+#: as Kafka recovered from the loss of its controller or coordinator. Its
+#: writers are told 503 at the write timeout meanwhile; a step Kafka can
+#: never complete ends the producer's sender, which fails it at once.
+FAILOVER_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -440,14 +450,14 @@ class CommitService:
         added = asyncio.ensure_future(self._added.wait())
         sender = producer._sender.sender_task
         try:
-            await asyncio.wait((added, sender), timeout=self._settings.write_timeout,
+            await asyncio.wait((added, sender), timeout=FAILOVER_SECONDS,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
             added.cancel()
         if not self._added.is_set():
             if not sender.done():
                 raise KafkaError(f"the committer's transaction could not begin: Kafka did not"
-                                 f" add its partitions in {self._settings.write_timeout:g} s")
+                                 f" add its partitions in {FAILOVER_SECONDS:g} s")
             failed = sender.exception() if not sender.cancelled() else None
             if isinstance(failed, ProducerFenced):
                 self.fenced += 1
@@ -487,10 +497,8 @@ class CommitService:
             if next_offset is not None:
                 await _alive(producer, producer.send_offsets_to_transaction(
                     {self._tp: OffsetAndMetadata(next_offset, "")},
-                    self._settings.committer_group), self._settings.write_timeout,
-                    "the requests' offset")
-            await _alive(producer, producer.commit_transaction(), self._settings.write_timeout,
-                         "the commit")
+                    self._settings.committer_group), FAILOVER_SECONDS, "the requests' offset")
+            await _alive(producer, producer.commit_transaction(), FAILOVER_SECONDS, "the commit")
             self.committed += 1
             if next_offset is not None:
                 self._next_offset = next_offset

@@ -79,6 +79,9 @@ REQUEST_TIMEOUT_MS = 8000
 #: answers nothing; each request that went to it (a bootstrap picks a broker
 #: at random) held a take-over for REQUEST_TIMEOUT_MS, three of them in a row.
 QUICK_REQUEST_TIMEOUT_MS = 3000
+#: How long a broker holds a take-over's fetch of the log's tail (shorter
+#: than QUICK_REQUEST_TIMEOUT_MS; the tail is read up to an end it knows).
+TAIL_FETCH_WAIT_MS = 500
 #: The committer's and the materializer's groups: a member is expelled after
 #: this long without a heartbeat its coordinator saw (Kafka's default since
 #: 3.0). With 10 s, a broker failover that took the group's coordinator
@@ -539,8 +542,11 @@ async def start_offset(reader: AIOKafkaConsumer, tp: TopicPartition,
 
 
 async def read_tail(settings: Settings, bootstrap: str, progress: Progress | None) -> list[Change]:
-    """Every committed change in the log that ClickHouse may not have yet."""
-    reader = consumer(bootstrap)
+    """Every committed change in the log that ClickHouse may not have yet
+    (read in a take-over: a broker that stopped answering holds it
+    QUICK_REQUEST_TIMEOUT_MS, not REQUEST_TIMEOUT_MS)."""
+    reader = consumer(bootstrap, request_timeout_ms=QUICK_REQUEST_TIMEOUT_MS,
+                      fetch_max_wait_ms=TAIL_FETCH_WAIT_MS)
     await reader.start()
     try:
         tp = TopicPartition(settings.changes_topic, 0)

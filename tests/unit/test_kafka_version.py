@@ -140,3 +140,12 @@ def test_the_three_broker_cluster_is_kafkas_defaults_and_productions_two(
             "advertised.listeners", "controller.listener.names", "inter.broker.listener.name",
             "listener.security.protocol.map", "log.dirs", "log.cleaner.dedupe.buffer.size"}
     assert set(props) & set(single) == kept
+
+
+def test_an_operators_settings_go_on_top(tmp_path: Path) -> None:
+    props = dict(line.split("=", 1) for line in node_properties(
+        node=1, port=9092, controller_port=9093, voters="1@a:1", logs=tmp_path,
+        config={"broker.session.timeout.ms": "4500", "min.insync.replicas": "1"}).splitlines())
+    assert props["broker.session.timeout.ms"] == "4500"
+    assert props["min.insync.replicas"] == "1"
+    assert props["default.replication.factor"] == "3"
