@@ -458,6 +458,9 @@ def _bench_faults(args: argparse.Namespace) -> int:
         cluster = KafkaCluster(base / "kafka", nodes=args.kafka_brokers, config=config,
                                progress=lambda m: print(f"-- {m}", flush=True))
         await cluster.start()
+        if config:
+            print("-- broker settings: " + ", ".join(f"{k}={v}" for k, v in config.items()),
+                  flush=True)
         try:
             return await bench_faults.run(
                 cluster, base / "system", names, before=args.fault_seconds,
