@@ -258,22 +258,6 @@ def server_properties(*, port: int, controller_port: int, logs: Path) -> str:
         "share.coordinator.state.topic.min.isr": "1",
         "share.coordinator.state.topic.num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",
-        # Server-side verification of transactional produce (KIP-890 part 1)
-        # answers a produce that meets the coordinator still completing the
-        # previous transaction (a transaction with consumer offsets, as each
-        # of the committer's) with NOT_ENOUGH_REPLICAS, the error aiokafka's
-        # produce version retries: dozens of warnings a minute and a 100 ms
-        # wait for each such write. What it guards against, a late produce
-        # opening a transaction after an abort, is fenced by the epoch here:
-        # the coordinator bumps it when it aborts a timed-out transaction, and
-        # a committer whose transaction failed never aborts, it replaces its
-        # producer (InitProducerId bumps the epoch). Re-checked against a
-        # three-node cluster (docs/performance.md, "Brokers failing"): with the
-        # committer's 5 ms backoff the retries cost no measurable time, but with
-        # verification on here the Kyverno migration test
-        # (tests/cluster/test_migrate.py) failed three runs of three, and
-        # passed with it off: off until that is understood.
-        "transaction.partition.verification.enable": "false",
         # Every topic is created by the system, with its own policy.
         "auto.create.topics.enable": "false",
         "message.max.bytes": str(MAX_MESSAGE_BYTES),
