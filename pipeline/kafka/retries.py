@@ -1,7 +1,8 @@
 """aiokafka logs every retry of a request as its own line: dozens a minute of
 ``NotEnoughReplicasError, retrying`` on a cluster with transaction
 verification on, and, while a broker is down, thousands a minute of
-``Unable connect to node`` and ``Failed fetch messages``. Here each becomes
+``Unable connect to node``, ``Unable to update metadata`` and ``Failed
+fetch messages``. Here each becomes
 a count in ``/metrics`` (``reports_kafka_retries_total{error}``); a retried
 produce is not logged at all (it succeeds, or its write fails and says so),
 and the rest are logged once a minute for each broker or partition."""
@@ -27,6 +28,8 @@ PATTERNS = (
     (re.compile(r"^Cannot send (?P<key><class '[\w.]+'> to \S+): (?P<error>\w+?)(?:Error)?\("),
      True),
     (re.compile(r"^Unable connect to (?P<key>node with id \S+|\"[^\"]+\")"), True),
+    # its metadata refresh while the brokers it knows are gone: every 25 ms
+    (re.compile(r"^Unable to update metadata from (?P<key>\[[^\]]*\])"), True),
     (re.compile(r"^Failed fetch messages from (?P<key>\S+): " + _STR), True),
     (re.compile(r"^Attempt to fetch offsets for partition (?P<key>.+) failed due to: "
                 + _CLASS), True),

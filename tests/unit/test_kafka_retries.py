@@ -42,6 +42,8 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
             client.error("Unable connect to node with id %s: %s", 2,
                          "[Errno 111] Connection refused")
         client.error("Unable connect to node with id %s: %s", 3, "[Errno 111] Connection refused")
+        for _ in range(3):
+            client.error("Unable to update metadata from %s", [1, 3])
         for _ in range(4):
             sender.warning("Got error produce response: %s", "NodeNotReadyError: Attempt to send a"
                            " request to node which is not ready (node id 1).")
@@ -60,12 +62,13 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
             logging.getLogger(name).filters = filters
     assert (_count("NotEnoughReplicas") - before[0], _count("ConnectionFailed") - before[1],
             _count("NodeNotReady") - before[2], _count("RequestTimedOut") - before[3]) \
-        == (5, 6, 8, 8)
+        == (5, 9, 8, 8)
     logged = [r.getMessage() for r in caplog.records]
     assert not any("retrying" in m for m in logged)
     assert sum("node with id 2" in m for m in logged) == 1  # once a minute
     assert sum("node with id 3" in m for m in logged) == 1
     assert sum("Heartbeat failed" in m for m in logged) == 1
+    assert sum("Unable to update metadata" in m for m in logged) == 1
     assert not any("Got error produce response" in m for m in logged)
     assert sum("EndTxnRequest" in m for m in logged) == 1
     assert sum("Failed fetch messages" in m for m in logged) == 1
