@@ -80,13 +80,8 @@ async def test_every_topic_has_three_replicas_two_in_sync(replicated: Replicated
             assert values["min.insync.replicas"] == "2", name
 
 
-#: every fault but losing two brokers at once, after which ClickHouse did not
-#: catch up within two minutes in one run of three (the benchmark runs it)
-ONE_AT_A_TIME = [f for f in faults.FAULTS if f != "two-lost"]
-
-
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("fault", ONE_AT_A_TIME)
+@pytest.mark.parametrize("fault", list(faults.FAULTS))
 async def test_a_broker_fault_loses_nothing_acknowledged(replicated: Replicated,
                                                          fault: str) -> None:
     outcome = await faults.phase(fault, replicated.cluster, replicated.system.kubeconfig,
