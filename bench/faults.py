@@ -788,6 +788,7 @@ def figures(report: Report, o: Outcome) -> None:
                ("<=", OUTAGE_TARGET) if one_broker else None, note=o.detail)
     report.add(f"fault {o.fault}: Kafka's own failover in it", o.failover, "s",
                note="a partition leader or coordinator a write needs on a node that was down"
+                    " or not yet registered again"
                     " (Kafka moves them once its controller fences the node,"
                     " broker.session.timeout.ms after its last heartbeat)")
     report.add(f"fault {o.fault}: the system's share of it", o.outage - o.failover, "s",

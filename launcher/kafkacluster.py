@@ -76,6 +76,8 @@ class KafkaNode:
         self.proc: asyncio.subprocess.Process | None = None
         #: stopped with SIGSTOP, not yet continued
         self.paused = False
+        #: started, and not yet registered with the cluster again
+        self.starting = False
 
     @property
     def bootstrap(self) -> str:
@@ -92,11 +94,15 @@ class KafkaNode:
 
     @property
     def serving(self) -> bool:
-        """Running and not paused: what its peers can reach."""
-        return self.running and not self.paused
+        """Running, registered and not paused: what its peers can reach. A
+        node started again is not, until it has registered: until then the
+        cluster may still take it for the incarnation that died, and lead
+        partitions from it."""
+        return self.running and not self.paused and not self.starting
 
     async def spawn(self, libs: Path) -> None:
         self.paused = False
+        self.starting = True
         out = open(self.layout.console, "ab")  # noqa: SIM115 - handed to the child
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -205,6 +211,8 @@ class KafkaCluster:
                             raise BrokerError(f"Kafka node {n.id} exited with"
                                               f" {n.proc.returncode}:\n{n.log_tail()}")
                     if all([await answers(n.bootstrap, len(running)) for n in running]):
+                        for n in running:
+                            n.starting = False
                         return
                     await asyncio.sleep(0.2)
         except TimeoutError as err:
