@@ -141,7 +141,7 @@ class ChangeLog:
     async def start(self) -> None:
         self._offsets = kafka.consumer(self._bootstrap)
         await self._offsets.start()
-        self._consumer = kafka.consumer(self._bootstrap,
+        self._consumer = kafka.follower(self._bootstrap,
                                         max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES)
         await self._consumer.start()
         progress = await self._store.progress(self._settings.changes_topic)

@@ -49,7 +49,7 @@ class Writer:
                                           compression_type=kafka.COMPRESSION,
                                           request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
         await self._producer.start()
-        self._consumer = kafka.consumer(self._bootstrap)
+        self._consumer = kafka.follower(self._bootstrap)
         await self._consumer.start()
         self._consumer.assign([self._tp])
         await self._consumer.seek_to_end(self._tp)

@@ -48,7 +48,7 @@ from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
 from kubeclient import APIError, KubeClientError
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
 from pipeline.kafka import client as kafka
-from pipeline.kafka import retries
+from pipeline.kafka import retries, transactions
 from pipeline.model.messages import Change
 from pipeline.observe import metrics
 from pipeline.settings import Settings
@@ -348,11 +348,22 @@ class KafkaView:
     async def roles(self, admin: AIOKafkaAdminClient) -> dict[str, int]:
         """The nodes a write goes through: the leaders of the requests and
         change-log partitions, the committer's transaction and group
-        coordinators (-1: none)."""
-        topics = await admin.describe_topics([self.settings.requests_topic,
-                                              self.settings.changes_topic])
-        roles = {t["topic"]: int(p["leader"]) for t in topics for p in t["partitions"]
-                 if p["partition"] == 0}
+        coordinators (-1: none), and every replica in sync of those
+        partitions and of the coordinators' own (an acknowledged write waits
+        for each until Kafka drops a dead one from the set)."""
+        wanted = {self.settings.requests_topic: 0, self.settings.changes_topic: 0}
+        internal = {kafka.TRANSACTIONS_TOPIC: self.settings.committer_transactional_id,
+                    kafka.OFFSETS_TOPIC: self.settings.committer_group}
+        topics = await admin.describe_topics([*wanted, *internal])
+        roles: dict[str, int] = {}
+        for t in topics:
+            name, partitions = t["topic"], t["partitions"]
+            if name in internal:
+                wanted[name] = transactions.coordinator_partition(internal[name], len(partitions))
+            for p in partitions:
+                if name in wanted and p["partition"] == wanted[name]:
+                    roles[name] = int(p["leader"])
+                    roles.update({f"{name} in sync {n}": int(n) for n in p["isr"]})
         roles["transaction"] = int(await admin.find_coordinator(
             self.settings.committer_transactional_id, 1))
         roles["group"] = int(await admin.find_coordinator(self.settings.committer_group, 0))

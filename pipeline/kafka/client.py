@@ -65,6 +65,8 @@ CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.002
 aiokafka_sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
 #: Where Kafka keeps consumer groups' offsets.
 OFFSETS_TOPIC = "__consumer_offsets"
+#: Where Kafka keeps transactions' state.
+TRANSACTIONS_TOPIC = "__transaction_state"
 #: How long the broker holds a fetch that finds no records.
 IDLE_FETCH_WAIT_MS = 5000
 #: How long a request to a broker may go unanswered before a client gives it
@@ -79,8 +81,10 @@ REQUEST_TIMEOUT_MS = 8000
 #: answers nothing; each request that went to it (a bootstrap picks a broker
 #: at random) held a take-over for REQUEST_TIMEOUT_MS, three of them in a row.
 QUICK_REQUEST_TIMEOUT_MS = 3000
-#: How long a broker holds a take-over's fetch of the log's tail (shorter
-#: than QUICK_REQUEST_TIMEOUT_MS; the tail is read up to an end it knows).
+#: How long a broker holds a fetch of a reader that writers wait on (a
+#: take-over's read of the log's tail, the frontend's change-log cache, its
+#: replies): shorter than QUICK_REQUEST_TIMEOUT_MS, which such a reader gives
+#: up on a broker after.
 TAIL_FETCH_WAIT_MS = 500
 #: The committer's and the materializer's groups: a member is expelled after
 #: this long without a heartbeat its coordinator saw (Kafka's default since
@@ -316,6 +320,16 @@ def consumer(bootstrap: str, **options: Any) -> AIOKafkaConsumer:
                             isolation_level=ISOLATION, **options)
 
 
+def follower(bootstrap: str, **options: Any) -> AIOKafkaConsumer:
+    """A :func:`consumer` that writers wait on: a fetch pending on a leader
+    that stopped answering (SIGSTOP) is given up after
+    QUICK_REQUEST_TIMEOUT_MS, not REQUEST_TIMEOUT_MS, and asked of the
+    partition's next leader (with 8 s, a write waited for two such fetches
+    after Kafka had moved the partition)."""
+    return consumer(bootstrap, request_timeout_ms=QUICK_REQUEST_TIMEOUT_MS,
+                    fetch_max_wait_ms=TAIL_FETCH_WAIT_MS, **options)
+
+
 async def wait_no_open_transactions(settings: Settings, bootstrap: str,
                                     timeout: float = 30.0) -> None:
     """Until no transaction is pending in the change log (its last stable
@@ -375,7 +389,7 @@ async def end_hanging(settings: Settings, bootstrap: str,
     its group's offsets."""
     async with transactions.Transactions(
             bootstrap, request_timeout_ms=QUICK_REQUEST_TIMEOUT_MS) as admin:
-        offsets = transactions.offsets_partition(
+        offsets = transactions.coordinator_partition(
             settings.committer_group, await admin.partitions(OFFSETS_TOPIC))
         found = {tp: await admin.producers(tp) for tp in (
             TopicPartition(settings.changes_topic, 0),
@@ -545,8 +559,7 @@ async def read_tail(settings: Settings, bootstrap: str, progress: Progress | Non
     """Every committed change in the log that ClickHouse may not have yet
     (read in a take-over: a broker that stopped answering holds it
     QUICK_REQUEST_TIMEOUT_MS, not REQUEST_TIMEOUT_MS)."""
-    reader = consumer(bootstrap, request_timeout_ms=QUICK_REQUEST_TIMEOUT_MS,
-                      fetch_max_wait_ms=TAIL_FETCH_WAIT_MS)
+    reader = follower(bootstrap)
     await reader.start()
     try:
         tp = TopicPartition(settings.changes_topic, 0)

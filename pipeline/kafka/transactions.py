@@ -215,10 +215,12 @@ def hanging(found: dict[TopicPartition, list[ActiveProducer]], before: Coordinat
     return decided
 
 
-def offsets_partition(group_id: str, partitions: int) -> int:
-    """The ``__consumer_offsets`` partition holding a group's offsets (the
-    group coordinator's ``Utils.abs(groupId.hashCode()) % partitions``). Pure."""
-    units = group_id.encode("utf-16-be")
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The partition of ``__consumer_offsets`` holding a group's offsets, or
+    of ``__transaction_state`` holding a transactional id's state, whose
+    leader is its coordinator (Kafka's ``Utils.abs(key.hashCode()) %
+    partitions`` for both). Pure."""
+    units = key.encode("utf-16-be")
     h = 0
     for k in range(0, len(units), 2):
         h = (31 * h + int.from_bytes(units[k:k + 2], "big")) & 0xFFFFFFFF

@@ -11,8 +11,8 @@ from pipeline.kafka.transactions import (
     ActiveProducer,
     CoordinatorView,
     TransactionAdminError,
+    coordinator_partition,
     hanging,
-    offsets_partition,
     retrying,
 )
 
@@ -59,14 +59,14 @@ def test_only_earlier_producers_of_the_id_count() -> None:
     assert ended.commit
 
 
-def test_offsets_partition_is_the_group_coordinators() -> None:
+def test_coordinator_partition_is_the_group_coordinators() -> None:
     # Java: "foo".hashCode() == 101574; "polygenelubricants".hashCode() == Integer.MIN_VALUE
-    assert offsets_partition("foo", 50) == 101574 % 50
-    assert offsets_partition("polygenelubricants", 50) == 0
+    assert coordinator_partition("foo", 50) == 101574 % 50
+    assert coordinator_partition("polygenelubricants", 50) == 0
     # (from jshell) a negative hash, and one over UTF-16 units
-    assert offsets_partition("e2e-committer", 50) == 15  # -257540715
-    assert offsets_partition("é-group-ü", 50) == 28  # 1180386378
-    assert offsets_partition("x", 1) == 0
+    assert coordinator_partition("e2e-committer", 50) == 15  # -257540715
+    assert coordinator_partition("é-group-ü", 50) == 28  # 1180386378
+    assert coordinator_partition("x", 1) == 0
 
 
 async def test_a_partition_still_loading_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
