@@ -1,6 +1,7 @@
 """A real Apache Kafka broker for a whole test session, started the way
 ``reports-pipeline up`` starts its own, on an event loop of its own thread (the
-tests' loops come and go; the broker must outlive them)."""
+tests' loops come and go; the broker must outlive them); and reading a topic
+back."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from aiokafka import TopicPartition
 
 from launcher.broker import KafkaBroker
+from pipeline.kafka import client as kafka
 
 
 @contextlib.contextmanager
@@ -28,3 +33,20 @@ def running_broker(root: Path, *, timeout: float = 180) -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+
+
+async def committed(bootstrap: str, topic: str) -> list[Any]:
+    """Every committed record of ``topic``'s partition 0, in order."""
+    tp = TopicPartition(topic, 0)
+    reader = kafka.consumer(bootstrap)
+    await reader.start()
+    try:
+        reader.assign([tp])
+        end = (await reader.end_offsets([tp]))[tp]
+        reader.seek(tp, (await reader.beginning_offsets([tp]))[tp])
+        out: list[Any] = []
+        while await reader.position(tp) < end:
+            out.extend((await reader.getmany(tp, timeout_ms=1000)).get(tp, []))
+        return out
+    finally:
+        await reader.stop()

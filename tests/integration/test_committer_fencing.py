@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from apiserver.errors import FromStatus
@@ -27,6 +26,7 @@ from pipeline.model.versions import EMPTY_RESOURCE_VERSION
 from pipeline.settings import Settings
 from pipeline.worker import build_committer
 from tests.helpers import report
+from tests.kafka import committed
 
 pytestmark = pytest.mark.integration
 POLR = RESOURCES[0]
@@ -53,23 +53,6 @@ def create(settings: Settings, name: str) -> WriteRequest:
     return WriteRequest(id=str(uuid.uuid4()), op="create", resource=POLR.id, namespace="ns",
                         name=name, reply_to=settings.replies_topic, now="2026-11-22T00:00:00Z",
                         obj=report(POLR, name, "ns"))
-
-
-async def committed(settings: Settings, topic: str) -> list[Any]:
-    """Every committed record of ``topic``."""
-    tp = TopicPartition(topic, 0)
-    reader = kafka.consumer(settings.kafka_bootstrap)
-    await reader.start()
-    try:
-        reader.assign([tp])
-        end = (await reader.end_offsets([tp]))[tp]
-        reader.seek(tp, (await reader.beginning_offsets([tp]))[tp])
-        out: list[Any] = []
-        while await reader.position(tp) < end:
-            out.extend((await reader.getmany(tp, timeout_ms=1000)).get(tp, []))
-        return out
-    finally:
-        await reader.stop()
 
 
 async def decide_and_publish(svc: CommitService, requests: list[WriteRequest],
@@ -111,13 +94,14 @@ async def test_a_deposed_committer_cannot_publish(pipeline_parts: tuple[Settings
     await decide_and_publish(third, [r4], 4)
     await third.release()
 
-    changes = [Change.decode(r.value) for r in await committed(settings, settings.changes_topic)]
+    changes = [Change.decode(r.value)
+               for r in await committed(settings.kafka_bootstrap, settings.changes_topic)]
     assert [c.obj["metadata"]["name"] for c in changes] == ["r1", "r4"]
     first_rv = EMPTY_RESOURCE_VERSION + 1
     assert [c.resource_version for c in changes] == [first_rv, first_rv + 1], \
         "the last committer continues the sequence; the fenced ones spent nothing"
     replies = {Reply.decode(r.value).request_id
-               for r in await committed(settings, settings.replies_topic)}
+               for r in await committed(settings.kafka_bootstrap, settings.replies_topic)}
     assert replies == {r1.id, r4.id}
 
 
@@ -193,23 +177,24 @@ async def test_a_committer_in_process_takes_writes_without_the_topics(
         dry = await write(writer, "b", dry_run=True)
         assert dry.obj is not None and dry.obj["metadata"]["name"] == "b"
         assert svc.committed == 4, "one transaction each: the change; the offset alone for the rest"
-        assert not await committed(settings, settings.requests_topic)
-        assert not await committed(settings, settings.replies_topic)
+        assert not await committed(settings.kafka_bootstrap, settings.requests_topic)
+        assert not await committed(settings.kafka_bootstrap, settings.replies_topic)
 
         # not the owner: through the topics, decided by the owner
         assert other.submit(create(settings, "x")) is None
         through = await write(remote, "c")
         assert through.resource_version == made.resource_version + 1
-        assert len(await committed(settings, settings.requests_topic)) == 1
+        assert len(await committed(settings.kafka_bootstrap, settings.requests_topic)) == 1
         assert [Reply.decode(r.value).request_id
-                for r in await committed(settings, settings.replies_topic)] == [through.request_id]
+                for r in await committed(settings.kafka_bootstrap, settings.replies_topic)
+                ] == [through.request_id]
     finally:
         await writer.stop()
         await remote.stop()
         await svc.stop()
         await other.stop()
     names = [Change.decode(r.value).obj["metadata"]["name"]
-             for r in await committed(settings, settings.changes_topic)]
+             for r in await committed(settings.kafka_bootstrap, settings.changes_topic)]
     assert names == ["a", "c"]
 
 
@@ -234,5 +219,5 @@ async def test_a_deposed_committer_cannot_answer_in_process(
         await refusal.answer
     await second.release()
     names = [Change.decode(r.value).obj["metadata"]["name"]
-             for r in await committed(settings, settings.changes_topic)]
+             for r in await committed(settings.kafka_bootstrap, settings.changes_topic)]
     assert names == ["a"]

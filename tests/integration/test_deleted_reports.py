@@ -9,33 +9,19 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import TopicPartition
 
 from pipeline.aggregate import counts as aggregate
-from pipeline.kafka import client as kafka
 from pipeline.model import objects
 from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
+from tests.kafka import committed
 
 pytestmark = pytest.mark.integration
 POLR = RESOURCES[0]
 
 
 async def latest_values(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:
-    tp = TopicPartition(topic, 0)
-    consumer = kafka.consumer(bootstrap)
-    await consumer.start()
-    latest: dict[bytes, bytes | None] = {}
-    try:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        while await consumer.position(tp) < end:
-            for record in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
-                latest[record.key] = record.value
-    finally:
-        await consumer.stop()
-    return latest
+    return {r.key: r.value for r in await committed(bootstrap, topic)}
 
 
 async def counts_match(client: Any) -> None:

@@ -21,6 +21,7 @@ from pipeline.kafka import client as kafka
 from pipeline.kafka import retries
 from pipeline.observe import metrics
 from pipeline.settings import Settings
+from tests.kafka import committed
 
 pytestmark = pytest.mark.integration
 
@@ -63,17 +64,5 @@ async def test_back_to_back_transactions_commit_and_their_retries_are_counted(
     assert logged == []
     print(f"NOT_ENOUGH_REPLICAS retried {_retried() - before:g} times in 600 transactions")
     # every transaction committed: its reply is there to a committed reader
-    reader = kafka.consumer(bootstrap)
-    await reader.start()
-    try:
-        replies = TopicPartition(settings.replies_topic, 0)
-        end = (await reader.end_offsets([replies]))[replies]
-        reader.assign([replies])
-        reader.seek(replies, 0)
-        values = []
-        while await reader.position(replies) < end:
-            batch = await reader.getmany(replies, timeout_ms=1000)
-            values += [r.value for r in batch.get(replies, [])]
-    finally:
-        await reader.stop()
-    assert values == [b"warm", *(b"%d" % i for i in range(600))], (end, len(values))
+    values = [r.value for r in await committed(bootstrap, settings.replies_topic)]
+    assert values == [b"warm", *(b"%d" % i for i in range(600))], len(values)
