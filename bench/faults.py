@@ -348,9 +348,10 @@ class KafkaView:
     async def roles(self, admin: AIOKafkaAdminClient) -> dict[str, int]:
         """The nodes a write goes through: the leaders of the requests and
         change-log partitions, the committer's transaction and group
-        coordinators (-1: none), and every replica in sync of those
-        partitions and of the coordinators' own (an acknowledged write waits
-        for each until Kafka drops a dead one from the set)."""
+        coordinators (the leaders of the partitions of ``__transaction_state``
+        and ``__consumer_offsets`` its ids hash to; -1: none), and every
+        replica in sync of those partitions (an acknowledged write waits for
+        each until Kafka drops a dead one from the set)."""
         wanted = {self.settings.requests_topic: 0, self.settings.changes_topic: 0}
         internal = {kafka.TRANSACTIONS_TOPIC: self.settings.committer_transactional_id,
                     kafka.OFFSETS_TOPIC: self.settings.committer_group}
@@ -364,9 +365,6 @@ class KafkaView:
                 if name in wanted and p["partition"] == wanted[name]:
                     roles[name] = int(p["leader"])
                     roles.update({f"{name} in sync {n}": int(n) for n in p["isr"]})
-        roles["transaction"] = int(await admin.find_coordinator(
-            self.settings.committer_transactional_id, 1))
-        roles["group"] = int(await admin.find_coordinator(self.settings.committer_group, 0))
         return roles
 
     async def sample(self, brokers: Brokers, into: list[tuple[float, bool]],
@@ -781,11 +779,16 @@ async def run(brokers: Brokers, data_dir: Path, names: list[str], *, clients: in
         for name in names:
             progress(f"fault {name}: {clients} clients, {before:g} s before, {after:g} s"
                      " after it is over")
+            said = len(system.output)
             outcome = await phase(name, brokers, system.kubeconfig, settings, clients=clients,
                                   before=before, after=after, progress=progress)
             figures(report, outcome)
             for problem in outcome.problems:
                 progress(f"fault {name}: {problem}")
+            if outcome.problems:  # what the system said meanwhile (its own loggers)
+                for line in system.output[said:]:
+                    if " pipeline." in line or " apiserver." in line or " launcher." in line:
+                        progress(f"fault {name}: up said: {line.rstrip()}")
     finally:
         await system.stop()
     return report

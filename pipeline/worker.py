@@ -29,6 +29,7 @@ from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import Change
 from pipeline.model.topics import PARTITION
+from pipeline.model.versions import Progress
 from pipeline.runtime.tasks import Turns
 from pipeline.settings import Settings
 
@@ -39,10 +40,10 @@ SUMMARIES_REFRESH_SECONDS = 24 * 3600.0
 
 
 def build_committer(settings: Settings, store: ReportStore, *, bootstrap: str) -> Committer:
-    async def tail() -> list[Change]:
-        return await kafka.read_tail(settings, bootstrap, await store.progress(
-            settings.changes_topic))
-    return Committer(store, tail, max_keys=settings.committer_cache_keys)
+    async def tail(after: Progress | None) -> list[Change]:
+        return await kafka.read_tail(settings, bootstrap, after)
+    return Committer(store, tail, topic=settings.changes_topic,
+                     max_keys=settings.committer_cache_keys)
 
 
 class Table(faust.Table):  # type: ignore[misc]

@@ -39,7 +39,7 @@ from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from pipeline.commit.decision import Decision
-from pipeline.commit.state import Committer
+from pipeline.commit.state import Committer, IncompleteLog
 from pipeline.kafka import client as kafka
 from pipeline.kafka.published import Entry, Published
 from pipeline.kafka.transactions import CoordinatorView
@@ -315,7 +315,7 @@ class CommitService:
             except kafka.OpenTransaction as err:
                 log.error("cannot take over as the committer: %s", err)
             except Exception as err:
-                if isinstance(err, KafkaError):  # said in full: no traceback to add
+                if isinstance(err, KafkaError | IncompleteLog):  # said in full: no traceback
                     log.warning("committing a batch failed (%s); retrying from the last commit",
                                 err)
                 else:
@@ -401,6 +401,7 @@ class CommitService:
             committing = True
             await self.publish(requests, decisions, replied=replied,
                                next_offset=records[-1].offset + 1 if records else None)
+            self._committer.confirm(decisions)
             _observe([r.timestamp / 1000 for r in records] + [x.at for x in local],
                      taken, published - decided, time.perf_counter() - published)
         except BaseException as err:

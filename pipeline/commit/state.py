@@ -22,25 +22,40 @@ from pipeline.commit.decision import (
 )
 from pipeline.model import objects
 from pipeline.model.messages import Change, WriteRequest
-from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Current
+from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Current, Progress
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]
-TailReader = Callable[[], Awaitable[list[Change]]]
+#: Every committed change of the log after a position (ClickHouse's progress;
+#: None: from the log's beginning).
+TailReader = Callable[[Progress | None], Awaitable[list[Change]]]
 
 
 def _key(req: WriteRequest) -> Key:
     return (req.resource, req.namespace, req.name)
 
 
+class IncompleteLog(RuntimeError):
+    """What a recovery read of the change log ends before a version this
+    committer saw committed: Kafka has not made all of it visible yet (a
+    commit whose markers wait for a partition's new leader). Deciding from
+    it would give that version out again."""
+
+
 class Committer:
-    def __init__(self, store: ReportStore, read_tail: TailReader, *, max_keys: int = 5000):
+    def __init__(self, store: ReportStore, read_tail: TailReader, *, topic: str,
+                 max_keys: int = 5000):
         self._store = store
         self._read_tail = read_tail
+        #: the change log, whose position in ClickHouse the tail starts after
+        self._topic = topic
         self._state: dict[Key, Current] = {}
         self._live: set[Key] = set()
         self._next_rv = 0
+        #: the newest resourceVersion this committer saw committed (its
+        #: transaction's commit returned): every recovery must reach it
+        self._confirmed = 0
         self._max_keys = max_keys
         self._ready = False
         self._trimmed = 0.0
@@ -55,17 +70,35 @@ class Committer:
         self._trimmed = 0.0
 
     async def recover(self) -> None:
+        # Where ClickHouse's copy of the log ends, asked first: the
+        # materializer may write more meanwhile, which the watermark and the
+        # live keys then hold and the tail (read from this position) replays
+        # in order. Asked after them, a batch written in between would be in
+        # neither, and its versions given out again.
+        position = await self._store.progress(self._topic)
         watermark = await self._store.watermark()
         self._live = await self._store.live_keys()
-        tail = await self._read_tail()
+        tail = await self._read_tail(position)
         self._state = {}
         for change in tail:
             self._follow(objects.identity(change.obj), change)
         self._next_rv = max([EMPTY_RESOURCE_VERSION, watermark,
+                             position.resource_version if position else 0,
                              *(c.resource_version for c in tail)]) + 1
+        if self._next_rv <= self._confirmed:
+            raise IncompleteLog(
+                f"the change log read ends at resourceVersion {self._next_rv - 1}"
+                f" (ClickHouse holds up to {watermark}, then {len(tail)} changes), before"
+                f" {self._confirmed}, which this committer saw committed")
         self._ready = True
         log.info("committer recovered: %d live objects, %d changes in the log tail,"
                  " next resourceVersion %d", len(self._live), len(tail), self._next_rv)
+
+    def confirm(self, decisions: Sequence[Decision]) -> None:
+        """``decisions``' transaction is committed."""
+        for d in decisions:
+            if d.change is not None:
+                self._confirmed = max(self._confirmed, d.change.resource_version)
 
     def _follow(self, key: Key, change: Change) -> None:
         """The key's state, and whether it is live, after a committed change."""

@@ -1,0 +1,106 @@
+"""The committer's recovery never gives out a resourceVersion that was
+committed, whatever the materializer does meanwhile and whatever the change
+log shows."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from pipeline.clickhouse.store import ReportStore
+from pipeline.commit.state import Committer, IncompleteLog
+from pipeline.model.messages import Change, WriteRequest
+from pipeline.model.objects import identity
+from pipeline.model.resources import RESOURCES
+from pipeline.model.versions import Progress
+from tests.helpers import report
+
+POLR = RESOURCES[0]
+TOPIC = "changes"
+
+
+class Materialized:
+    """The change log (``log``: offset = index) and ClickHouse's copy of its
+    first ``materialized`` changes. ``catch_up``: the materializer writes the
+    whole log right after the first question ClickHouse is asked."""
+
+    def __init__(self, log: list[Change], materialized: int = 0, *, catch_up: bool = False):
+        self.log = log
+        self.materialized = materialized
+        self.catch_up = catch_up
+
+    def _asked(self) -> list[Change]:
+        held = self.log[:self.materialized]
+        if self.catch_up:
+            self.materialized, self.catch_up = len(self.log), False
+        return held
+
+    async def progress(self, topic: str) -> Progress | None:
+        assert topic == TOPIC
+        held = self._asked()
+        return Progress(len(held) - 1, held[-1].resource_version) if held else None
+
+    async def watermark(self) -> int:
+        return max((c.resource_version for c in self._asked()), default=0)
+
+    async def live_keys(self) -> set[Any]:
+        live: set[Any] = set()
+        for c in self._asked():
+            (live.discard if c.type == "DELETED" else live.add)(identity(c.obj))
+        return live
+
+    async def current(self, keys: Any) -> dict[Any, Any]:
+        return {}
+
+    async def tail(self, after: Progress | None) -> list[Change]:
+        return self.log[(after.offset + 1 if after else 0):]
+
+
+def committer(store: Materialized) -> Committer:
+    return Committer(cast(ReportStore, store), store.tail, topic=TOPIC)
+
+
+def create(name: str, request: str = "") -> WriteRequest:
+    return WriteRequest(id=request or name, op="create", resource=POLR.id,  # type: ignore[arg-type]
+                        namespace="ns", name=name, reply_to="", now="2026-11-29T10:00:00Z",
+                        obj=report(POLR, name, "ns"))
+
+
+async def changes(*names: str) -> list[Change]:
+    """The changes a committer on an empty log decides for creates of ``names``."""
+    decided = await committer(Materialized([])).decide_batch([create(n) for n in names])
+    return [d.change for d in decided if d.change is not None]
+
+
+async def test_a_batch_materialized_during_recovery_is_neither_missed_nor_given_out_again(
+        ) -> None:
+    store = Materialized(await changes("a", "b"), catch_up=True)
+    c = committer(store)
+    await c.recover()
+    assert c.next_resource_version == 4
+    [again] = await c.decide_batch([create("a", request="a again")])
+    assert again.reply.status is not None and again.reply.status["reason"] == "AlreadyExists"
+
+
+async def test_a_recovery_short_of_a_committed_version_is_refused_until_the_log_shows_it(
+        ) -> None:
+    store = Materialized([])
+    c = committer(store)
+    first = await c.decide_batch([create("a"), create("b")])
+    c.confirm(first)  # its transaction committed ...
+    c.invalidate()  # ... and the next batch failed
+    with pytest.raises(IncompleteLog, match="before 3"):
+        await c.recover()  # ... before the log shows the commit
+    store.log.extend(d.change for d in first if d.change is not None)
+    await c.recover()
+    [then] = await c.decide_batch([create("c")])
+    assert then.change is not None and then.change.resource_version == 4
+
+
+async def test_what_was_never_confirmed_may_be_decided_again() -> None:
+    c = committer(Materialized([]))
+    await c.decide_batch([create("a")])  # its commit failed: not confirmed
+    c.invalidate()
+    await c.recover()
+    assert c.next_resource_version == 2
