@@ -6,14 +6,17 @@ stopped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, cast
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.conn import AIOKafkaConnection, CloseReason
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 from aiokafka.producer import sender as aiokafka_sender
 from faust.transport.consumer import CONSUMER_FETCHING
@@ -63,6 +66,30 @@ ISOLATION = "read_committed"
 #: (measured back to back on the embedded broker).
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.002
 aiokafka_sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
+
+
+def _send(send: Callable[..., Any]) -> Callable[..., Any]:
+    """aiokafka's request send, with a write on a connection already closed
+    failing as a broken connection (KafkaConnectionError, which every caller
+    retries). aiokafka expects OSError there; uvloop raises RuntimeError
+    ("the handler is closed"), which ended a client's metadata task for good
+    when two brokers were lost at once: every request of that client waited
+    for metadata that never came, and the frontend answered 503 "Kafka is
+    unavailable" with all three brokers back."""
+    @functools.wraps(send)
+    def sending(self: AIOKafkaConnection, request: Any, expect_response: bool = True) -> Any:
+        try:
+            return send(self, request, expect_response)
+        except RuntimeError as err:
+            if "closed" not in str(err):
+                raise
+            self.close(reason=CloseReason.CONNECTION_BROKEN)
+            raise KafkaConnectionError(
+                f"Connection at {self._host}:{self._port} closed: {err}") from err
+    return sending
+
+
+AIOKafkaConnection.send = _send(AIOKafkaConnection.send)
 #: Where Kafka keeps consumer groups' offsets.
 OFFSETS_TOPIC = "__consumer_offsets"
 #: Where Kafka keeps transactions' state.
