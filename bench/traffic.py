@@ -157,8 +157,14 @@ class Driver:
         self._stored(res, run, created, sent, len(body))
 
     async def _put_report(self, res: Resource, run: Run, sent: float) -> None:
-        body = orjson.dumps(policy_report(res, self.now))
         path = f"{polr_collection(res.namespace)}/{res.uid}"
+        if res.report_version is None:
+            # as a controller does, the object is read before it is replaced
+            # when its version is not known (a conflict whose read failed):
+            # an update without one is refused as invalid (422)
+            current = await self.client.get(path)
+            res.report_version = str(current["metadata"]["resourceVersion"])
+        body = orjson.dumps(policy_report(res, self.now))
         self._stored(res, run, await self.client.replace(path, body), sent, len(body))
 
     async def _scan(self, res: Resource, run: Run, sent: float) -> None:
