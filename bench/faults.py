@@ -785,7 +785,8 @@ async def run(brokers: Brokers, data_dir: Path, names: list[str], *, clients: in
             figures(report, outcome)
             for problem in outcome.problems:
                 progress(f"fault {name}: {problem}")
-            if outcome.problems:  # what the system said meanwhile (its own loggers)
+            if outcome.problems or outcome.outage - outcome.failover > SHARE_TARGET:
+                # what the system said meanwhile (its own loggers)
                 for line in system.output[said:]:
                     if " pipeline." in line or " apiserver." in line or " launcher." in line:
                         progress(f"fault {name}: up said: {line.rstrip()}")
