@@ -33,6 +33,9 @@ PATTERNS = (
     (re.compile(r"^Failed fetch messages from (?P<key>\S+): " + _STR), True),
     (re.compile(r"^Attempt to fetch offsets for partition (?P<key>.+) failed due to: "
                 + _CLASS), True),
+    # a group looking for its coordinator while its broker is gone: every 50 ms
+    (re.compile(r"^(?P<key>Group Coordinator Request failed|Heartbeat send request failed): "
+                + _STR), True),
     # a group whose coordinator's broker is gone: said every 100 ms
     (re.compile(r"^(?P<key>Heartbeat failed for group \S+|Marking the coordinator dead"
                 r" \(node \S+\)|Heartbeat session expired)(?P<error>)"), True),

@@ -56,18 +56,21 @@ def test_retries_are_counted_not_logged(caplog: pytest.LogCaptureFixture,
         for _ in range(3):
             group.warning("Heartbeat failed for group %s: coordinator (node %s) is either not"
                           " started or not valid", "reports-committer", 3)
+            group.error("Group Coordinator Request failed: %s", NodeNotReadyError(
+                "Attempt to send a request to node which is not ready (node id 3)."))
         sender.warning("something else entirely")
     finally:
         for name, filters in saved.items():
             logging.getLogger(name).filters = filters
     assert (_count("NotEnoughReplicas") - before[0], _count("ConnectionFailed") - before[1],
             _count("NodeNotReady") - before[2], _count("RequestTimedOut") - before[3]) \
-        == (5, 9, 8, 8)
+        == (5, 9, 11, 8)
     logged = [r.getMessage() for r in caplog.records]
     assert not any("retrying" in m for m in logged)
     assert sum("node with id 2" in m for m in logged) == 1  # once a minute
     assert sum("node with id 3" in m for m in logged) == 1
     assert sum("Heartbeat failed" in m for m in logged) == 1
+    assert sum("Group Coordinator Request failed" in m for m in logged) == 1
     assert sum("Unable to update metadata" in m for m in logged) == 1
     assert not any("Got error produce response" in m for m in logged)
     assert sum("EndTxnRequest" in m for m in logged) == 1
