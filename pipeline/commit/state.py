@@ -37,10 +37,10 @@ def _key(req: WriteRequest) -> Key:
 
 
 class IncompleteLog(RuntimeError):
-    """What a recovery read of the change log ends before a version this
-    committer saw committed: Kafka has not made all of it visible yet (a
-    commit whose markers wait for a partition's new leader). Deciding from
-    it would give that version out again."""
+    """A recovery's read of ClickHouse and the change log ended before a
+    version this committer saw committed (the log not yet showing all of
+    its commits, or the two read out of step). Deciding from it would give
+    that version out again; the committer tries again instead."""
 
 
 class Committer:
