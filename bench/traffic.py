@@ -162,8 +162,7 @@ class Driver:
             # as a controller does, the object is read before it is replaced
             # when its version is not known (a conflict whose read failed):
             # an update without one is refused as invalid (422)
-            current = await self.client.get(path)
-            res.report_version = str(current["metadata"]["resourceVersion"])
+            await self._read_version(res)
         body = orjson.dumps(policy_report(res, self.now))
         self._stored(res, run, await self.client.replace(path, body), sent, len(body))
 
@@ -206,10 +205,13 @@ class Driver:
 
     async def _refresh(self, res: Resource) -> None:
         try:
-            current = await self.client.get(f"{polr_collection(res.namespace)}/{res.uid}")
-            res.report_version = str(current["metadata"]["resourceVersion"])
+            await self._read_version(res)
         except APIError:
             res.report_version = None
+
+    async def _read_version(self, res: Resource) -> None:
+        current = await self.client.get(f"{polr_collection(res.namespace)}/{res.uid}")
+        res.report_version = str(current["metadata"]["resourceVersion"])
 
 
 @contextlib.contextmanager

@@ -70,25 +70,24 @@ class Committer:
         self._trimmed = 0.0
 
     async def recover(self) -> None:
-        # Where ClickHouse's copy of the log ends, asked first: the
-        # materializer may write more meanwhile, which the watermark and the
+        # Where ClickHouse's copy of the log ends (its highest version),
+        # asked first: the materializer may write more meanwhile, which the
         # live keys then hold and the tail (read from this position) replays
         # in order. Asked after them, a batch written in between would be in
         # neither, and its versions given out again.
         position = await self._store.progress(self._topic)
-        watermark = await self._store.watermark()
+        materialized = position.resource_version if position else 0
         self._live = await self._store.live_keys()
         tail = await self._read_tail(position)
         self._state = {}
         for change in tail:
             self._follow(objects.identity(change.obj), change)
-        self._next_rv = max([EMPTY_RESOURCE_VERSION, watermark,
-                             position.resource_version if position else 0,
+        self._next_rv = max([EMPTY_RESOURCE_VERSION, materialized,
                              *(c.resource_version for c in tail)]) + 1
         if self._next_rv <= self._confirmed:
             raise IncompleteLog(
                 f"the change log read ends at resourceVersion {self._next_rv - 1}"
-                f" (ClickHouse holds up to {watermark}, then {len(tail)} changes), before"
+                f" (ClickHouse holds up to {materialized}, then {len(tail)} changes), before"
                 f" {self._confirmed}, which this committer saw committed")
         self._ready = True
         log.info("committer recovered: %d live objects, %d changes in the log tail,"

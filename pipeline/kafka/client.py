@@ -90,6 +90,7 @@ def _send(send: Callable[..., Any]) -> Callable[..., Any]:
 
 
 AIOKafkaConnection.send = _send(AIOKafkaConnection.send)
+
 #: Where Kafka keeps consumer groups' offsets.
 OFFSETS_TOPIC = "__consumer_offsets"
 #: Where Kafka keeps transactions' state.

@@ -41,9 +41,6 @@ class Materialized:
         held = self._asked()
         return Progress(len(held) - 1, held[-1].resource_version) if held else None
 
-    async def watermark(self) -> int:
-        return max((c.resource_version for c in self._asked()), default=0)
-
     async def live_keys(self) -> set[Any]:
         live: set[Any] = set()
         for c in self._asked():

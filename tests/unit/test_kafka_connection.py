@@ -24,7 +24,7 @@ def test_a_send_on_a_closed_uvloop_connection_is_a_connection_error() -> None:
             writer.transport.close()
             await asyncio.sleep(0.05)
             with pytest.raises(RuntimeError, match="closed"):
-                writer.write(b"\\0")  # what uvloop does
+                writer.write(b"x")  # what uvloop does
             conn = AIOKafkaConnection("127.0.0.1", port)
             conn._writer = writer  # as after its peer went away
             conn._versions = {MetadataRequest.API_KEY: (0, 1)}
