@@ -10,7 +10,7 @@ import random
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -53,6 +53,7 @@ class Comparison:
     reports: int
     results: int
     raw_json_bytes: int
+    #: seconds to load each store, making the reports included
     clickhouse_load_seconds: float
     postgres_load_seconds: float
     clickhouse_bytes: int
@@ -64,14 +65,17 @@ class Comparison:
 
 def generate(count: int, *, seed: int, now: datetime) -> Iterator[tuple[JSON, datetime]]:
     """``count`` current PolicyReports over ``count // 250`` namespaces, each
-    last written at a time in the past 30 days; some results carry a score."""
+    last written at a time in the past 30 days (in time order, their
+    resourceVersions growing with it); some results carry a score. Made one
+    at a time: a million of them would not fit in memory at once."""
     rng = random.Random(seed)
     namespaces = max(1, count // 250)
-    for i in range(count):
+    ages = sorted((rng.uniform(0, DAYS * 86400) for _ in range(count)), reverse=True)
+    for i, age in enumerate(ages):
         uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         res = Resource(f"team-{i % namespaces:03d}", f"pod-{i:07d}", uid,
                        random_failing(rng))
-        when = now - timedelta(seconds=rng.uniform(0, DAYS * 86400))
+        when = now - timedelta(seconds=age)
         extra: dict[int, JSON] = {k: {"severity": v} for k, v in HIGH.items()}
         for k in rng.sample(range(19), 2) if rng.random() < 0.1 else ():
             extra.setdefault(k, {})["properties"] = {"score": f"{rng.uniform(0, 10):.1f}"}
@@ -88,48 +92,60 @@ class TrendRows:
     totals: list[list[Any]]
 
 
-def _windows(reports: list[tuple[JSON, datetime]], cluster: str) -> TrendRows:
+class _Trends:
     """policy_counts, and daily policy_windows and policy_totals_windows rows,
     as the aggregator would write them with one-day windows, for reports
-    written in time order."""
-    totals: dict[aggregate.CountKey, int] = {}
-    windows: list[list[Any]] = []
-    cluster_windows: list[list[Any]] = []
-    day: datetime | None = None
-    touched: dict[tuple[str, str], int] = {}
+    given one at a time in time order."""
 
-    def close(day: datetime) -> None:
-        per = aggregate.by_policy(totals)
-        for (ns, policy), written in touched.items():
+    def __init__(self, cluster: str):
+        self._cluster = cluster
+        self._totals: dict[aggregate.CountKey, int] = {}
+        self._windows: list[list[Any]] = []
+        self._cluster_windows: list[list[Any]] = []
+        self._day: datetime | None = None
+        self._touched: dict[tuple[str, str], int] = {}
+        self._reports = 0
+
+    def _close(self, day: datetime) -> None:
+        per = aggregate.by_policy(self._totals)
+        for (ns, policy), written in self._touched.items():
             counts = per.get((ns, policy), dict.fromkeys(aggregate.STATUSES, 0))
-            windows.append([cluster, ns, policy, day, day + timedelta(days=1), written,
-                            counts["fail"], 0, *(counts[s] for s in aggregate.STATUSES),
-                            len(windows) + 1, day])
-        across = aggregate.across_namespaces(totals)
-        for policy in sorted({policy for _, policy in touched}):
+            self._windows.append([self._cluster, ns, policy, day, day + timedelta(days=1),
+                                  written, counts["fail"], 0,
+                                  *(counts[s] for s in aggregate.STATUSES),
+                                  len(self._windows) + 1, day])
+        across = aggregate.across_namespaces(self._totals)
+        for policy in sorted({policy for _, policy in self._touched}):
             counts = across.get(policy, dict.fromkeys(aggregate.STATUSES, 0))
-            cluster_windows.append([cluster, policy, day, day + timedelta(days=1),
-                                    *(counts[s] for s in aggregate.STATUSES),
-                                    len(cluster_windows) + 1, day])
-        touched.clear()
+            self._cluster_windows.append([self._cluster, policy, day, day + timedelta(days=1),
+                                          *(counts[s] for s in aggregate.STATUSES),
+                                          len(self._cluster_windows) + 1, day])
+        self._touched.clear()
 
-    for obj, when in sorted(reports, key=lambda r: r[1]):
+    def add(self, obj: JSON, when: datetime) -> None:
         start = when.replace(hour=0, minute=0, second=0, microsecond=0)
-        if day is not None and start != day:
-            close(day)
-        day = start
+        if self._day is not None and start != self._day:
+            if start < self._day:
+                raise ValueError("reports must be given in time order")
+            self._close(self._day)
+        self._day = start
+        self._reports += 1
         applied = aggregate.contribution(obj, int(obj["metadata"]["resourceVersion"]))
         assert applied is not None
         contributed = applied.counts()
-        aggregate.add_into(totals, contributed)
+        aggregate.add_into(self._totals, contributed)
         for (ns, policy, _), n in contributed.items():
-            touched[(ns, policy)] = touched.get((ns, policy), 0) + n
-    if day is not None:
-        close(day)
-    now = datetime.now(UTC)
-    counts = [[cluster, ns, policy, *(c[s] for s in aggregate.STATUSES), len(reports), now]
-              for (ns, policy), c in aggregate.by_policy(totals).items()]
-    return TrendRows(counts, windows, cluster_windows)
+            self._touched[(ns, policy)] = self._touched.get((ns, policy), 0) + n
+
+    def rows(self) -> TrendRows:
+        if self._day is not None:
+            self._close(self._day)
+            self._day = None
+        now = datetime.now(UTC)
+        counts = [[self._cluster, ns, policy, *(c[s] for s in aggregate.STATUSES),
+                   self._reports, now]
+                  for (ns, policy), c in aggregate.by_policy(self._totals).items()]
+        return TrendRows(counts, self._windows, self._cluster_windows)
 
 
 def _timed(fn: Callable[[], int], runs: int) -> tuple[float, int]:
@@ -144,10 +160,10 @@ def _timed(fn: Callable[[], int], runs: int) -> tuple[float, int]:
 
 async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
                   progress: Callable[[str], None] = print) -> Comparison:
+    """The same ``reports`` generated reports into ClickHouse and PostgreSQL,
+    each made again for each store (a million do not fit in memory at once),
+    then the questions asked of both."""
     now = datetime.now(UTC)
-    data = list(generate(reports, seed=seed, now=now))
-    raw = [orjson.dumps(obj) for obj, _ in data]
-    raw_bytes = sum(map(len, raw))
     settings = Settings.from_env({}, database="bench_analytics")
 
     progress(f"analytics: loading {reports} reports into ClickHouse")
@@ -155,7 +171,7 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
     await store.start()
     try:
         started = time.perf_counter()
-        await load(store, data, settings.cluster)
+        await load(store, generate(reports, seed=seed, now=now), settings.cluster)
         ch_load = time.perf_counter() - started
         ch_bytes = int((await store.analytics(
             "SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database ="
@@ -171,12 +187,10 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
         pg = Postgres(base / "postgres")
         await asyncio.to_thread(pg.start)
         try:
-            pg_load = await asyncio.to_thread(_load_postgres, pg, data, raw)
-            # The generated reports (gigabytes of Python objects) are no longer
-            # needed; freed, the collector no longer walks them while both
-            # clients decode answers.
-            data.clear()
-            raw.clear()
+            started = time.perf_counter()
+            raw_bytes = await asyncio.to_thread(_load_postgres, pg,
+                                                generate(reports, seed=seed, now=now))
+            pg_load = time.perf_counter() - started
             gc.collect()
             results = []
             with psycopg.connect(pg.dsn, autocommit=True) as conn:
@@ -200,21 +214,30 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
                       pg_bytes, results, pages)
 
 
-async def load(store: ReportStore, data: list[tuple[JSON, datetime]], cluster: str) -> None:
-    """Generated reports into ClickHouse as the pipeline writes them: each
-    version materialized on the day it was written, the counts, and daily
-    windows per namespace and policy and per policy."""
-    by_day: dict[datetime, list[Change]] = {}
+async def load(store: ReportStore, data: Iterable[tuple[JSON, datetime]], cluster: str, *,
+               batch: int = 10_000) -> None:
+    """Generated reports, in time order, into ClickHouse as the pipeline
+    writes them: each version materialized on the day it was written (in
+    batches of at most ``batch``), the counts, and daily windows per
+    namespace and policy and per policy."""
+    trends = _Trends(cluster)
+    changes: list[Change] = []
+    day: datetime | None = None
     for obj, when in data:
-        day = when.replace(hour=0, minute=0, second=0, microsecond=0)
-        by_day.setdefault(day, []).append(Change("ADDED", obj,
-                                                 int(obj["metadata"]["resourceVersion"])))
-    for day, changes in sorted(by_day.items()):
+        start = when.replace(hour=0, minute=0, second=0, microsecond=0)
+        if changes and (start != day or len(changes) >= batch):
+            await store.write_changes(changes, topic="bench", partition=0, offset=0,
+                                      committed=day)
+            changes = []
+        day = start
+        trends.add(obj, when)
+        changes.append(Change("ADDED", obj, int(obj["metadata"]["resourceVersion"])))
+    if changes:
         await store.write_changes(changes, topic="bench", partition=0, offset=0, committed=day)
-    trends = _windows(data, cluster)
-    await store.write_policy_counts(trends.counts)
-    await store.write_policy_windows(trends.windows)
-    await store.write_policy_totals_windows(trends.totals)
+    rows = trends.rows()
+    await store.write_policy_counts(rows.counts)
+    await store.write_policy_windows(rows.windows)
+    await store.write_policy_totals_windows(rows.totals)
     await store.run(lambda c: [c.command(f"OPTIMIZE TABLE {t} FINAL")
                                for t in ("reports", "results", "policy_counts",
                                          "policy_windows", "policy_totals_windows")])
@@ -261,14 +284,18 @@ async def _time_pages(store: ReportStore, runs: int, *, now: float) -> list[tupl
     return out
 
 
-def _load_postgres(pg: Postgres, data: list[tuple[JSON, datetime]], raw: list[bytes]) -> float:
-    started = time.perf_counter()
+def _load_postgres(pg: Postgres, data: Iterable[tuple[JSON, datetime]]) -> int:
+    """The reports into PostgreSQL with the reference server's schema; returns
+    their bytes of JSON."""
+    raw_bytes = 0
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         conn.execute(questions.POSTGRES_SCHEMA)
         with conn.cursor().copy(
                 "COPY policyreports (name, namespace, clusterId, report) FROM STDIN") as copy:
-            for (obj, _), body in zip(data, raw, strict=True):
+            for obj, _ in data:
+                body = orjson.dumps(obj)
+                raw_bytes += len(body)
                 meta = obj["metadata"]
                 copy.write_row((meta["name"], meta["namespace"], "default", body.decode()))
         conn.execute("VACUUM ANALYZE policyreports")
-    return time.perf_counter() - started
+    return raw_bytes

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -42,13 +44,15 @@ def free_port() -> int:
 
 def directory_bytes(root: Path) -> int:
     """Bytes ``root`` takes on disk (allocated blocks: sparse files count for
-    what they hold, preallocated ones for all of it)."""
+    what they hold, preallocated ones for all of it). A file or directory
+    that goes away meanwhile (a merge's temporary part) is left out."""
     total = 0
-    for path in root.rglob("*"):
-        with contextlib.suppress(OSError):
-            st = path.lstat()
-            if not path.is_symlink():
-                total += st.st_blocks * 512
+    for folder, _, files in os.walk(root):  # skips what it cannot read
+        for path in (folder, *(os.path.join(folder, f) for f in files)):
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if not stat.S_ISLNK(st.st_mode):
+                    total += st.st_blocks * 512
     return total
 
 

@@ -139,45 +139,54 @@ async def _freshness(client: Client, driver: Driver, probe: Resource, stop: asyn
     return samples
 
 
-async def _watch_lag(system: RunningSystem, driver: Driver, pool: list[Resource], *,
-                     watchers: int, rate: float, duration: float
-                     ) -> tuple[list[float], int, list[float]]:
-    """``watchers`` watches of every PolicyReport; background writes at
-    ``rate``; the lag of each event is its arrival minus its write's start."""
+async def watch_lag(kubeconfig: Path, driver: Driver, pool: list[Resource], *,
+                    watches: list[tuple[str, str | None]], rate: float, duration: float
+                    ) -> tuple[list[float], int, list[float]]:
+    """A watch of each (collection path, the namespace it sees, None for
+    every one); background writes at ``rate``; the lag of each event is its
+    arrival minus its write's start. Returns the lags, the events a watch
+    did not receive in time, and the writes' latencies."""
     sent: dict[tuple[str, str, str], float] = {}
     driver.on_write = lambda res, rv, at: sent.__setitem__((res.namespace, res.uid, rv), at)
-    async with Client(system.kubeconfig, connections=0) as watch_client:
+    async with Client(kubeconfig, connections=0) as watch_client:
         start = (await watch_client.get(f"{POLR_PATH}/policyreports?limit=1"))
         rv = start["metadata"]["resourceVersion"]
-        arrivals: list[dict[tuple[str, str, str], float]] = [{} for _ in range(watchers)]
+        arrivals: list[dict[tuple[str, str, str], float]] = [{} for _ in watches]
         connected = asyncio.Semaphore(0)
 
         async def watch(i: int) -> None:
-            path = (f"{POLR_PATH}/policyreports?watch=1&resourceVersion={rv}"
-                    f"&timeoutSeconds={int(duration) + 60}")
+            collection, _ = watches[i]
+            path = (f"{collection}{'&' if '?' in collection else '?'}watch=1"
+                    f"&resourceVersion={rv}&timeoutSeconds={int(duration) + 60}")
             async for at, event in _watch_events(watch_client, path, connected):
                 meta = event["object"]["metadata"]
                 arrivals[i][(meta.get("namespace", ""), meta["name"],
                              meta["resourceVersion"])] = at
 
-        tasks = [asyncio.create_task(watch(i)) for i in range(watchers)]
+        tasks = [asyncio.create_task(watch(i)) for i in range(len(watches))]
         try:
-            for _ in range(watchers):
-                await asyncio.wait_for(connected.acquire(), 30)
+            for _ in watches:
+                await asyncio.wait_for(connected.acquire(), 60)
             run = await open_loop(driver, pool, rate=rate, duration=duration,
                                   kind="background")
-            expected = set(sent)
+
+            def expected(i: int) -> set[tuple[str, str, str]]:
+                ns = watches[i][1]
+                return {k for k in sent if ns is None or k[0] == ns}
+            wanted = [expected(i) for i in range(len(watches))]
             deadline = time.perf_counter() + 10
             while time.perf_counter() < deadline and any(
-                    not expected <= got.keys() for got in arrivals):
+                    not want <= got.keys() for want, got in zip(wanted, arrivals, strict=True)):
                 await asyncio.sleep(0.05)
         finally:
             driver.on_write = None
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    lags = [got[key] - at for got in arrivals for key, at in sent.items() if key in got]
-    missing = sum(1 for got in arrivals for key in sent if key not in got)
+    lags = [got[key] - sent[key] for want, got in zip(wanted, arrivals, strict=True)
+            for key in want if key in got]
+    missing = sum(1 for want, got in zip(wanted, arrivals, strict=True)
+                  for key in want if key not in got)
     return lags, missing, run.writes()
 
 
@@ -294,7 +303,7 @@ async def _this_system(system: RunningSystem, options: Options, report: Report, 
         return r
 
     api = sidebyside.Api("this system", sidebyside.Servers(
-        lambda: [psutil.Process(system.pid)]), system.disk, _settle, namespaces=False,
+        lambda: [psutil.Process(system.pid)]), system.disk, settle, namespaces=False,
         stages=True)
     async with Client(system.kubeconfig, connections=many + options.watchers + 8) as client:
         driver = Driver(client, mix, rng)
@@ -328,7 +337,7 @@ async def _this_system(system: RunningSystem, options: Options, report: Report, 
         async def sustained(n: int) -> Run | None:
             if options.soak_minutes <= 0:
                 return None
-            await _settle(client)
+            await settle(client)
             progress(f"this system: sustained mixed traffic ({mix}), {n} clients,"
                      f" {options.soak_minutes:g} min")
             phase = await soak.sustain(Driver(client, mix, rng), pool,
@@ -392,7 +401,7 @@ async def _latency_and_watch(system: RunningSystem, client: Client, options: Opt
                              progress: Callable[[str], None]) -> None:
     """This system's own phases: latency at offered rates, watch lag and the
     freshness of the trend tables."""
-    await _settle(client)
+    await settle(client)
     progress(f"writes at {options.rate:g}/s for {options.latency_duration:g}s")
     write_mix = replace(mix, read=0)
     paced = tally(await open_loop(Driver(client, write_mix, rng), pool, rate=options.rate,
@@ -403,7 +412,7 @@ async def _latency_and_watch(system: RunningSystem, client: Client, options: Opt
     report.add("write latency p99", percentile(writes, 99) * 1000, "ms", ("<", 100),
                note=note + _errors(paced))
 
-    await _settle(client)
+    await settle(client)
     progress(f"writes at {options.low_rate:g}/s for {options.latency_duration:g}s")
     paced = tally(await open_loop(Driver(client, write_mix, rng), pool,
                                   rate=options.low_rate, duration=options.latency_duration))
@@ -414,15 +423,16 @@ async def _latency_and_watch(system: RunningSystem, client: Client, options: Opt
     report.add(f"write latency p99 at {options.low_rate:g}/s",
                percentile(writes, 99) * 1000, "ms", note=note + _errors(paced))
 
-    await _settle(client)
+    await settle(client)
     progress(f"{options.watchers} watchers, writes at {options.watch_rate:g}/s,"
              " freshness probes")
     stop = asyncio.Event()
     fresh_task = asyncio.create_task(_freshness(client, Driver(client, mix, rng), probe,
                                                 stop, rng))
     try:
-        lags, missing, watched = await _watch_lag(
-            system, Driver(client, write_mix, rng), pool, watchers=options.watchers,
+        lags, missing, watched = await watch_lag(
+            system.kubeconfig, Driver(client, write_mix, rng), pool,
+            watches=[(f"{POLR_PATH}/policyreports", None)] * options.watchers,
             rate=options.watch_rate, duration=options.watch_duration)
     finally:
         stop.set()
@@ -438,7 +448,7 @@ async def _latency_and_watch(system: RunningSystem, client: Client, options: Opt
                note=f"{len(fresh)} probes during the watch phase: write acknowledged ->"
                " in policy_counts and policy_windows")
     report.add("freshness p99", percentile(fresh, 99), "s", ("<", 2))
-    await _settle(client)
+    await settle(client)
 
 
 async def _scrape_metrics(client: Client, report: Report) -> None:
@@ -466,7 +476,7 @@ async def _lists(system: RunningSystem, client: Client, options: Options, report
                        note="frontend peak RSS over its RSS before the request")
 
 
-async def _settle(client: Client, timeout: float = 120) -> None:
+async def settle(client: Client, timeout: float = 120) -> None:
     """Wait until a consistent read succeeds (the frontend has read the whole
     change log and ClickHouse covers what its cache no longer holds) and the
     materializer has written every committed change, so that a phase does not

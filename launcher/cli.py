@@ -33,15 +33,19 @@ import time
 from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import orjson
 
 from apiserver import schema
 from apiserver.authn import RequestHeaders
 from bench import faults as bench_faults
+from bench import scale as bench_scale
 from bench.figures import Report
 from bench.runner import Options as BenchOptions
 from bench.runner import run as bench_run
 from bench.runner import write_json
+from bench.scale import Options as ScaleOptions
 from bench.sidebyside import table as side_by_side_table
 from bench.workload import Mix, ephemeral_report, policy_report, resources
 from kubeclient import ConfigError, KubeClientError, target
@@ -70,6 +74,8 @@ from launcher.trends import (
 from pipeline.model.resources import by_id
 from pipeline.runtime import memory
 from pipeline.settings import Settings
+
+T = TypeVar("T")
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -431,6 +437,20 @@ def _parser() -> argparse.ArgumentParser:
                        help="the faults of --kafka-brokers, in order (default: all)")
     bench.add_argument("--fault-seconds", type=float, default=30.0,
                        help="seconds of load before each fault and after it is over")
+    scale = ScaleOptions(sizes=())
+    bench.add_argument("--scale", metavar="N,N,...",
+                       help="instead: fill one `up` to each number of reports in turn (the"
+                            " bulk on a fast path through the committer) and print a row per"
+                            " size: create rate, GET, LIST of everything, memory, restart,"
+                            " disk, analytics against PostgreSQL JSONB, watch lag (--watchers,"
+                            f" default {scale.watchers} here; --watch-rate, default"
+                            f" {scale.watch_rate:g}; --watch-duration, default"
+                            f" {scale.watch_seconds:g}; --namespaces, default"
+                            f" {scale.namespaces}; --few-clients, the creating and reading"
+                            f" clients, default {scale.clients})")
+    bench.add_argument("--scale-creates", type=int, default=scale.creates, metavar="N",
+                       help="with --scale: creates through the API at each size, whose rate"
+                            " is the size's")
     bench.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
                        help="a broker setting of --kafka-brokers' nodes on top of Kafka's"
                             " defaults and production's, for example"
@@ -485,9 +505,49 @@ def _bench_faults(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_scale(args: argparse.Namespace) -> int:
+    """``bench --scale N,N,...``: a row of figures per number of reports."""
+    try:
+        sizes = tuple(int(n.replace("_", "")) for n in args.scale.split(",") if n.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) <= args.scale_creates or args.scale_creates < 1:
+        print("reports-pipeline bench: --scale takes numbers of reports, each larger than"
+              f" --scale-creates ({args.scale_creates}), e.g. 10000,100000,1000000",
+              file=sys.stderr)
+        return 2
+    given = {"watchers": args.watchers, "watch_rate": args.watch_rate,
+             "watch_seconds": args.watch_duration, "namespaces": args.namespaces,
+             "clients": args.few_clients, "seed": args.seed, "data_dir": args.data_dir}
+    options = replace(ScaleOptions(sizes=sizes, creates=args.scale_creates),
+                      **{k: v for k, v in given.items() if v is not None})
+    try:
+        rows = asyncio.run(_stopped_by_sigterm(
+            bench_scale.run(options, progress=lambda m: print(f"-- {m}", flush=True))))
+    except (ValueError, OSError, RuntimeError) as err:
+        print(f"reports-pipeline bench: {err}", file=sys.stderr)
+        return 1
+    except KubeClientError as err:
+        print(f"reports-pipeline bench: a request failed: {err}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("reports-pipeline bench: stopped", file=sys.stderr)
+        return 130
+    print(bench_scale.table(rows))
+    for row in rows:
+        print(f"\n{row.size:,} reports:\n" + "\n".join(f"  {n}" for n in row.notes))
+    print("\n" + bench_scale.verdicts(rows))
+    args.output.write_bytes(orjson.dumps(bench_scale.to_json(options, rows),
+                                         option=orjson.OPT_INDENT_2))
+    print(f"figures written to {args.output}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.kafka_brokers:
         return _bench_faults(args)
+    if args.scale:
+        return _bench_scale(args)
     options = BenchOptions.quick() if args.quick else BenchOptions()
     overrides = {k: v for k, v in vars(args).items()
                  if k in BenchOptions.__dataclass_fields__ and v is not None}
@@ -525,7 +585,7 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _stopped_by_sigterm(main: Coroutine[Any, Any, Report]) -> Report:
+async def _stopped_by_sigterm(main: Coroutine[Any, Any, T]) -> T:
     """``main``, cancelled by SIGTERM as Ctrl-C cancels it: every process it
     started is stopped by its cleanup rather than left running."""
     task = asyncio.current_task()

@@ -276,6 +276,7 @@ class CommitService:
             step("open transactions")
             await self._committer.recover()
             step("recovery")
+            metrics.COMMITTER_RECOVERY_SECONDS.set(steps[-1][1])
         except BaseException:
             await producer.stop()
             raise

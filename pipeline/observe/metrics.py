@@ -64,6 +64,10 @@ COMMITTER_TRANSACTION_SECONDS = Histogram(
     " (versions and preconditions, in memory) and publish (its Kafka transaction: changes,"
     " replies and the requests offset, committed).", ["step"], buckets=LATENCY,
     registry=REGISTRY)
+COMMITTER_RECOVERY_SECONDS = Gauge(
+    "reports_committer_recovery_seconds", "How long the committer's last recovery took:"
+    " ClickHouse's live keys and the change log's tail read, before it decides writes.",
+    registry=REGISTRY)
 WRITE_STAGE_SECONDS = Histogram(
     "reports_write_stage_seconds", "Where a write's time goes, by stage, one sample per"
     " write: produce (the frontend publishing the request), queue (from the request's send"

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench.scale import COLUMNS
 from bench.sidebyside import compared
 from tests.e2e.conftest import BIN, Up
 
@@ -164,3 +165,31 @@ def test_against_another_api_adds_a_column(tmp_path: Path, up: Callable[..., Up]
         assert rows[name]["against"] is None, rows[name]  # not measured: NaN, null in JSON
     assert "AGAINST" in done.stdout
 
+
+
+@pytest.mark.timeout(900)
+def test_scale_run_prints_a_row_per_size(tmp_path: Path) -> None:
+    """``bench --scale`` at two small sizes: the second filled on the fast
+    path through the committer, every column measured at both, the reports
+    all there to be listed, and the targets judged at the larger size."""
+    output = tmp_path / "scale.json"
+    done = subprocess.run(
+        [str(BIN / "reports-pipeline"), "bench", "--scale", "400,1500", "--scale-creates",
+         "300", "--watchers", "12", "--watch-rate", "20", "--watch-duration", "3",
+         "--namespaces", "4", "--output", str(output)],
+        capture_output=True, text=True, timeout=880)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(output.read_text())["rows"]
+    assert [r["size"] for r in rows] == [400, 1500]
+    for row in rows:
+        for key, _, _ in COLUMNS:
+            assert math.isfinite(row[key]), (row["size"], key)
+        listed = [n for n in row["notes"] if n.startswith(("whole LIST", "paged LIST"))]
+        assert len(listed) == 2 and all(f"{row['size']:,} items" in n for n in listed), listed
+        assert row["create_rate"] > 0 and row["watch_p99_ms"] > 0
+        assert any(n.startswith("watches: ") and ", 0 not delivered" in n
+                   for n in row["notes"]), row["notes"]
+    assert any(n.startswith("fast path: ") for n in rows[1]["notes"])
+    table = done.stdout.split("\n")
+    assert any(line.strip().startswith("1,500 |") for line in table), done.stdout
+    assert "targets, at 1,500 reports:" in done.stdout

@@ -1,0 +1,456 @@
+"""``reports-pipeline bench --scale 10000,100000,1000000``: how every cost of
+the system grows with the number of reports it holds.
+
+One ``up`` on a fresh data directory is filled size after size. The bulk of
+each size is written on a fast path: create requests sent straight to the
+requests topic, which the committer decides as it decides the frontend's
+(versions, uids, timestamps, the change log, ClickHouse, the trend tables).
+What is measured goes through the API: the last creates of each size, GETs,
+LISTs of everything, the watches; then ``up`` is stopped with SIGTERM and
+started again on the same directory, and the analytics questions are asked
+of ClickHouse and PostgreSQL JSONB holding as many reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import resource
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+from aiokafka import AIOKafkaProducer
+
+from bench import analytics
+from bench.client import Client
+from bench.figures import percentile
+from bench.runner import Memory, settle, watch_lag
+from bench.running import RunningSystem
+from bench.traffic import Driver, closed_loop, polr_collection
+from bench.workload import POLR_PATH, Mix, Resource, policy_report, random_failing
+from kubeclient import APIError
+from kubeclient.errors import api_error
+from pipeline.kafka import client as kafka
+from pipeline.model.messages import WriteRequest
+from pipeline.model.objects import now_rfc3339, object_key
+from pipeline.model.resources import by_id
+from pipeline.model.topics import PARTITION
+from pipeline.settings import Settings
+
+MB = 1024 * 1024
+REPORT = by_id("policyreports.wgpolicyk8s.io")
+#: the label every Kyverno report carries: the label-selected watches' selector
+MANAGED = "app.kubernetes.io/managed-by=kyverno"
+
+
+@dataclass(frozen=True)
+class Options:
+    sizes: tuple[int, ...]
+    #: creates through the API at each size (the create rate is theirs)
+    creates: int = 10_000
+    clients: int = 16
+    namespaces: int = 200
+    gets: int = 2_000
+    page: int = 500
+    watchers: int = 1_000
+    #: of the watchers, how many watch every namespace (the rest watch one
+    #: namespace each, half of them with a label selector)
+    cluster_watchers: int = 10
+    watch_rate: float = 200.0
+    watch_seconds: float = 30.0
+    analytics_runs: int = 3
+    seed: int = 1
+    data_dir: Path | None = None
+
+
+@dataclass
+class Row:
+    """The figures of one size, by name (see ``COLUMNS``)."""
+
+    size: int
+    values: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+#: (name, header, format) of the table's columns, in order
+COLUMNS = (
+    ("create_rate", "creates/s", "{:.0f}"),
+    ("get_p50_ms", "GET p50 ms", "{:.1f}"),
+    ("get_p99_ms", "GET p99 ms", "{:.1f}"),
+    ("list_s", "LIST all s", "{:.1f}"),
+    ("list_rss_mb", "its peak RSS MB", "{:.0f}"),
+    ("paged_s", "LIST paged s", "{:.1f}"),
+    ("paged_rss_mb", "its peak RSS MB", "{:.0f}"),
+    ("up_rss_mb", "up RSS MB", "{:.0f}"),
+    ("broker_rss_mb", "broker RSS MB", "{:.0f}"),
+    ("restart_s", "restart-to-ready s", "{:.1f}"),
+    ("recovery_s", "committer recovery s", "{:.1f}"),
+    ("disk_per_report", "disk B/report", "{:.0f}"),
+    ("disk_ratio", "disk / raw JSON", "{:.2f}"),
+    ("analytics_min_speedup", "analytics x PG (least)", "{:.1f}"),
+    ("watch_p50_ms", "watch lag p50 ms", "{:.0f}"),
+    ("watch_p99_ms", "watch lag p99 ms", "{:.0f}"),
+)
+
+
+def table(rows: list[Row]) -> str:
+    """One line per size."""
+    headers = ["reports", *(h for _, h, _ in COLUMNS)]
+    lines = [[f"{r.size:,}", *(fmt.format(r.values[k]) if k in r.values else "-"
+                              for k, _, fmt in COLUMNS)] for r in rows]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
+    out = [" | ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    out.append("-+-".join("-" * w for w in widths))
+    out += [" | ".join(v.rjust(w) for v, w in zip(line, widths, strict=True)) for line in lines]
+    return "\n".join(out)
+
+
+#: (what, check of the last row against the first) of the targets at a million
+TARGETS: tuple[tuple[str, Callable[[Row, Row], bool | None]], ...] = (
+    ("RSS of up <= 1.5 GiB at rest and during a paged LIST of everything",
+     lambda first, last: max(last.values.get("up_rss_mb", 0),
+                             last.values.get("paged_rss_mb", 0)) <= 1536),
+    ("create rate >= 0.8x the first size's",
+     lambda first, last: last.values["create_rate"] >= 0.8 * first.values["create_rate"]),
+    ("GET p99 <= 1.2x the first size's",
+     lambda first, last: last.values["get_p99_ms"] <= 1.2 * first.values["get_p99_ms"]),
+    ("paged LIST of everything <= 60 s", lambda first, last: last.values["paged_s"] <= 60),
+    ("restart-to-ready <= 30 s", lambda first, last: last.values["restart_s"] <= 30),
+    ("every analytics question >= 20x PostgreSQL JSONB",
+     lambda first, last: last.values["analytics_min_speedup"] >= 20
+     if "analytics_min_speedup" in last.values else None),
+    ("watch lag p99 < 250 ms", lambda first, last: last.values["watch_p99_ms"] < 250),
+    ("disk <= 0.3x the raw JSON", lambda first, last: last.values["disk_ratio"] <= 0.3),
+)
+
+
+def verdicts(rows: list[Row]) -> str:
+    """Each target, met or not, at the largest size."""
+    first, last = rows[0], rows[-1]
+    out = [f"targets, at {last.size:,} reports:"]
+    for what, check in TARGETS:
+        try:
+            met = check(first, last)
+        except KeyError:
+            met = None
+        out.append(f"  {'-' if met is None else 'met' if met else 'MISSED':>6}  {what}")
+    return "\n".join(out)
+
+
+class _Reports:
+    """The sizes' reports, made one at a time: Pods over ``namespaces``
+    namespaces, each with a Kyverno-shaped PolicyReport (about 6 KB)."""
+
+    def __init__(self, namespaces: int, seed: int):
+        self._namespaces = namespaces
+        self._rng = random.Random(seed)
+        self.made = 0
+        #: a uniform sample of every report made (for the GETs)
+        self.sample: list[tuple[str, str]] = []
+
+    def take(self, count: int) -> Iterator[Resource]:
+        for _ in range(count):
+            i = self.made
+            uid = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+            res = Resource(f"scale-{i % self._namespaces:03d}", f"pod-{i:07d}", uid,
+                           random_failing(self._rng))
+            self.made += 1
+            if len(self.sample) < 20_000:
+                self.sample.append((res.namespace, res.uid))
+            else:
+                j = self._rng.randrange(self.made)
+                if j < len(self.sample):
+                    self.sample[j] = (res.namespace, res.uid)
+            yield res
+
+
+def _bootstrap(system: RunningSystem) -> str:
+    """The embedded broker's address, as ``up`` said when it was ready."""
+    for line in reversed(system.output):
+        found = re.match(r"\s*kafka:\s+(\S+)", line)
+        if found:
+            return found.group(1)
+    raise RuntimeError("reports-pipeline up did not say where its Kafka is")
+
+
+async def fill(settings: Settings, bootstrap: str, pods: Iterator[Resource], *,
+               now: int) -> int:
+    """Create the pods' reports on the fast path: requests straight to the
+    requests topic, decided by the committer as any other. Returns the bytes
+    of JSON sent."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
+        max_batch_size=kafka.MAX_BATCH_BYTES, max_request_size=kafka.MAX_REQUEST_BYTES,
+        compression_type=kafka.COMPRESSION)
+    await producer.start()
+    sent = 0
+    try:
+        stamp = now_rfc3339()
+        for res in pods:
+            obj = policy_report(res, now)
+            sent += len(orjson.dumps(obj))
+            req = WriteRequest(id=str(uuid.uuid4()), op="create", resource=REPORT.id,
+                               namespace=res.namespace, name=res.uid,
+                               reply_to=settings.replies_topic, now=stamp, obj=obj)
+            await producer.send(settings.requests_topic, req.encode(),
+                                key=object_key(REPORT.id, res.namespace, res.uid).encode(),
+                                partition=PARTITION)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def _head(client: Client) -> int:
+    listed = await client.get(f"{POLR_PATH}/policyreports?limit=1")
+    return int(listed["metadata"]["resourceVersion"])
+
+
+async def _until_head(client: Client, wanted: int, progress: Callable[[str], None]) -> None:
+    """Wait until the change log reaches ``wanted`` (the committer has
+    decided every request sent), saying how far it is once a minute."""
+    said = time.monotonic()
+    while (head := await _head(client)) < wanted:
+        if time.monotonic() - said > 60:
+            progress(f"scale: the committer is at resourceVersion {head:,} of {wanted:,}")
+            said = time.monotonic()
+        await asyncio.sleep(1)
+
+
+async def _gets(client: Client, keys: list[tuple[str, str]], count: int, clients: int,
+                rng: random.Random) -> list[float]:
+    chosen = [keys[rng.randrange(len(keys))] for _ in range(count)]
+    times: list[float] = []
+
+    async def one_client() -> None:
+        while chosen:
+            ns, name = chosen.pop()
+            started = time.perf_counter()
+            await client.get(f"{polr_collection(ns)}/{name}")
+            times.append(time.perf_counter() - started)
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    return times
+
+
+async def _list_all(client: Client, pid: int) -> tuple[float, int, int]:
+    """One LIST of every PolicyReport, read as it streams: (seconds to its
+    last byte, items, the server's peak RSS)."""
+    marker = b'"kind":"PolicyReport"'
+    with Memory(pid, interval=0.05) as memory:
+        started = time.perf_counter()
+        items, carry = 0, b""
+        async with client.api.session.get(
+                f"{POLR_PATH}/policyreports", headers=await client.api.target.headers(),
+                server_hostname=client.api.target.tls_server_name) as response:
+            if response.status != 200:
+                raise api_error("GET", "policyreports", response.status, await response.read())
+            async for chunk in response.content.iter_any():
+                data = carry + chunk
+                items += data.count(marker)
+                carry = data[-(len(marker) - 1):]
+                items -= carry.count(marker)
+        seconds = time.perf_counter() - started
+    return seconds, items, memory.peak
+
+
+async def _list_paged(client: Client, pid: int, limit: int) -> tuple[float, int, int, int]:
+    """Every PolicyReport in pages of ``limit``: (seconds of the requests,
+    items, pages, the server's peak RSS)."""
+    path = f"{POLR_PATH}/policyreports?limit={limit}"
+    seconds, items, pages, token = 0.0, 0, 0, ""
+    with Memory(pid, interval=0.05) as memory:
+        while True:
+            page = await client.list_timed(path + (f"&continue={token}" if token else ""))
+            seconds += page.seconds
+            items += page.items or 0
+            pages += 1
+            token = page.continue_token
+            if not token:
+                break
+    return seconds, items, pages, memory.peak
+
+
+def _broker_rss(pid: int) -> int:
+    return sum(p.memory_info().rss for p in psutil.Process(pid).children(recursive=True)
+               if "java" in p.name())
+
+
+async def _metric(client: Client, name: str) -> float | None:
+    page = await client.text("/metrics")
+    found = re.search(rf"^{re.escape(name)} (\S+)$", page, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+async def _restart(system: RunningSystem, probe: Resource, now: int
+                   ) -> tuple[float, float, float | None]:
+    """SIGTERM, then ``up`` again on the same directory until it serves a
+    consistent read and acknowledges a write: (seconds from SIGTERM,
+    seconds from the start, the committer's recovery seconds)."""
+    stopping = time.perf_counter()
+    await system.stop()
+    starting = time.perf_counter()
+    await system.start(timeout=900)
+    async with Client(system.kubeconfig, connections=4) as client:
+        while True:
+            try:
+                await _head(client)
+                await client.create(polr_collection(probe.namespace),
+                                    orjson.dumps(policy_report(probe, now)))
+                break
+            except APIError as err:
+                if err.status != 503:
+                    raise
+                await asyncio.sleep(0.1)
+        done = time.perf_counter()
+        recovery = await _metric(client, "reports_committer_recovery_seconds")
+    return done - stopping, done - starting, recovery
+
+
+def _watches(options: Options, namespaces: list[str]) -> list[tuple[str, str | None]]:
+    """(path, the namespace it sees or None) of each watch: every namespace,
+    one namespace, or one namespace with a label selector."""
+    out: list[tuple[str, str | None]] = [
+        (f"{POLR_PATH}/policyreports", None)] * min(options.cluster_watchers, options.watchers)
+    for i in range(options.watchers - len(out)):
+        ns = namespaces[i // 2 % len(namespaces)]
+        selector = f"labelSelector={MANAGED}&" if i % 2 else ""
+        out.append((f"{polr_collection(ns)}?{selector}", ns))
+    return out
+
+
+async def _size(system: RunningSystem, options: Options, size: int, reports: _Reports,
+                raw: list[int], rng: random.Random, progress: Callable[[str], None]) -> Row:
+    row = Row(size)
+    settings = Settings.from_env()
+    now = int(time.time())
+    creates = min(options.creates, size - reports.made)
+    bulk = size - reports.made - creates
+    async with Client(system.kubeconfig, connections=options.watchers + options.clients + 8
+                      ) as client:
+        if bulk > 0:
+            progress(f"scale: {bulk:,} creates on the fast path (the requests topic)")
+            head = await _head(client)
+            started = time.perf_counter()
+            raw[0] += await fill(settings, _bootstrap(system), reports.take(bulk), now=now)
+            raw[1] += bulk
+            await _until_head(client, head + bulk, progress)
+            row.notes.append(f"fast path: {bulk / (time.perf_counter() - started):.0f}"
+                             " creates/s decided")
+            await settle(client, timeout=3600)
+        progress(f"scale: {creates:,} creates through the API, {options.clients} clients")
+        pool = list(reports.take(creates))
+        driver = Driver(client, Mix(), rng)
+        run = await closed_loop(driver, pool, concurrency=options.clients, seed=True)
+        raw[0] += run.bytes_written
+        raw[1] += run.versions_written
+        if run.errors:
+            row.notes.append(f"create errors {dict(run.errors)}")
+        row.values["create_rate"] = len(run.writes()) / run.seconds
+        await settle(client, timeout=3600)
+
+        progress(f"scale: {options.gets} GETs")
+        gets = await _gets(client, reports.sample, options.gets, options.clients, rng)
+        row.values["get_p50_ms"] = percentile(gets, 50) * 1000
+        row.values["get_p99_ms"] = percentile(gets, 99) * 1000
+
+        row.values["up_rss_mb"] = system.rss() / MB
+        row.values["broker_rss_mb"] = _broker_rss(system.pid) / MB
+
+        progress(f"scale: LIST of all {size:,} reports, whole")
+        seconds, items, peak = await _list_all(client, system.pid)
+        row.values["list_s"], row.values["list_rss_mb"] = seconds, peak / MB
+        row.notes.append(f"whole LIST: {items:,} items")
+        progress(f"scale: LIST of all {size:,} reports, in pages of {options.page}")
+        seconds, items, pages, peak = await _list_paged(client, system.pid, options.page)
+        row.values["paged_s"], row.values["paged_rss_mb"] = seconds, peak / MB
+        row.notes.append(f"paged LIST: {items:,} items in {pages:,} pages")
+
+        progress(f"scale: {options.watchers} watchers, writes at {options.watch_rate:g}/s for"
+                 f" {options.watch_seconds:g} s")
+        watch_pool = pool[:max(1, int(options.watch_rate * 2))]
+        lags, missing, written = await watch_lag(
+            system.kubeconfig, Driver(client, Mix(admission=0, background=100, read=0), rng),
+            watch_pool, watches=_watches(options, sorted({r.namespace for r in watch_pool})),
+            rate=options.watch_rate, duration=options.watch_seconds)
+        row.values["watch_p50_ms"] = percentile(lags, 50) * 1000
+        row.values["watch_p99_ms"] = percentile(lags, 99) * 1000
+        row.notes.append(f"watches: {len(lags):,} events, {missing} not delivered in time,"
+                         f" {len(written)} writes (p99 {percentile(written, 99) * 1000:.0f} ms)")
+        await settle(client, timeout=3600)
+
+    total, what = system.disk()
+    row.values["disk_per_report"] = total / size
+    row.values["disk_ratio"] = total / size / (raw[0] / max(raw[1], 1))
+    row.notes.append(f"disk: {what}")
+
+    progress("scale: restart (SIGTERM, then up on the same directory)")
+    probe = next(reports.take(1))
+    restart, start, recovery = await _restart(system, probe, now)
+    row.values["restart_s"] = restart
+    if recovery is not None:
+        row.values["recovery_s"] = recovery
+    row.notes.append(f"restart: {start:.1f} s of it from the start")
+    return row
+
+
+async def _analytics(base: Path, row: Row, runs: int, progress: Callable[[str], None]
+                     ) -> None:
+    compared = await analytics.compare(base, reports=row.size, runs=runs, progress=progress)
+    for q in compared.questions:
+        row.values[f"analytics {q.name}"] = q.speedup
+        row.notes.append(f"analytics {q.name}: ClickHouse {q.clickhouse_seconds * 1000:.0f} ms,"
+                         f" PostgreSQL {q.postgres_seconds * 1000:.0f} ms ({q.speedup:.1f}x)")
+    row.values["analytics_min_speedup"] = min(q.speedup for q in compared.questions)
+
+
+def _more_files() -> None:
+    """A thousand watches need more open files than a login's usual 1,024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+async def run(options: Options, *, progress: Callable[[str], None] = print) -> list[Row]:
+    """Every size's row, in order of size."""
+    sizes = sorted(set(options.sizes))
+    _more_files()
+    base = options.data_dir or Path(tempfile.mkdtemp(prefix="reports-scale-"))
+    keep = options.data_dir is not None
+    rng = random.Random(options.seed)
+    reports = _Reports(options.namespaces, options.seed)
+    raw = [0, 0]  # bytes of JSON written, reports written
+    rows: list[Row] = []
+    try:
+        system = RunningSystem(base / "system")
+        await system.start(timeout=300)
+        try:
+            for size in sizes:
+                row = await _size(system, options, size, reports, raw, rng, progress)
+                progress(f"scale: analytics questions at {size:,} reports")
+                await _analytics(base / f"analytics-{size}", row, options.analytics_runs,
+                                 progress)
+                shutil.rmtree(base / f"analytics-{size}", ignore_errors=True)
+                rows.append(row)
+                progress("scale so far:\n" + table(rows))
+        finally:
+            await system.stop()
+    finally:
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
+    return rows
+
+
+def to_json(options: Options, rows: list[Row]) -> dict[str, Any]:
+    return {"options": {k: str(v) if isinstance(v, Path) else v
+                        for k, v in vars(options).items()},
+            "rows": [{"size": r.size, **r.values, "notes": r.notes} for r in rows]}
