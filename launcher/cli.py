@@ -511,8 +511,8 @@ def _bench_scale(args: argparse.Namespace) -> int:
         sizes = tuple(int(n.replace("_", "")) for n in args.scale.split(",") if n.strip())
     except ValueError:
         sizes = ()
-    if not sizes or min(sizes) <= args.scale_creates or args.scale_creates < 1:
-        print("reports-pipeline bench: --scale takes numbers of reports, each larger than"
+    if not sizes or min(sizes) < args.scale_creates or args.scale_creates < 1:
+        print("reports-pipeline bench: --scale takes numbers of reports, each at least"
               f" --scale-creates ({args.scale_creates}), e.g. 10000,100000,1000000",
               file=sys.stderr)
         return 2
