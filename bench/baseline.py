@@ -104,6 +104,7 @@ class EtcdCrds:
         self.data_dir = root / "etcd"
         self._progress = progress
         self._processes: list[_Process] = []
+        self._ports: tuple[int, int, int] | None = None
         self.kubeconfig = root / "admin.kubeconfig"
 
     async def start(self, timeout: float = 180) -> None:
@@ -128,11 +129,15 @@ class EtcdCrds:
         ca = Authority(pki, "kubernetes-ca")
         serving = ca.issue("kube-apiserver", hosts=["127.0.0.1", "localhost"])
         admin = ca.issue("admin", organizations=["system:masters"])
-        sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        (pki / "sa.key").write_bytes(key_pem(sa_key))
-        (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-        client_port, peer, port = free_port(), free_port(), free_port()
+        if not (pki / "sa.key").exists():  # a start again keeps its tokens' key
+            sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            (pki / "sa.key").write_bytes(key_pem(sa_key))
+            (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM,
+                serialization.PublicFormat.SubjectPublicKeyInfo))
+        # a start again on the same directory keeps etcd's member addresses
+        self._ports = self._ports or (free_port(), free_port(), free_port())
+        client_port, peer, port = self._ports
         etcd_url = f"http://127.0.0.1:{client_port}"
         etcd = _Process([
             str(etcd_dir / "etcd"), "--data-dir", str(self.data_dir),
@@ -224,6 +229,10 @@ class EtcdCrds:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes if p.alive()]
+
+    def logs(self, lines: int = 40) -> str:
+        """The last lines of etcd's and kube-apiserver's logs."""
+        return "\n".join(p.tail(lines) for p in self._processes)
 
     def processes(self) -> list[psutil.Process]:
         return [psutil.Process(pid) for pid in self.pids()]

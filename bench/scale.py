@@ -31,6 +31,7 @@ import psutil
 from aiokafka import AIOKafkaProducer
 
 from bench import analytics
+from bench.baseline import EtcdCrds
 from bench.client import Client
 from bench.figures import percentile
 from bench.runner import Memory, settle, watch_lag
@@ -68,6 +69,8 @@ class Options:
     watch_rate: float = 200.0
     watch_seconds: float = 30.0
     analytics_runs: int = 3
+    #: the same sizes as etcd CRDs, up to where they give out
+    baseline: bool = True
     seed: int = 1
     data_dir: Path | None = None
 
@@ -79,6 +82,8 @@ class Row:
     size: int
     values: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: why the API could not hold this size (its figures are not measured)
+    gave_out: str | None = None
 
 
 #: (name, header, format) of the table's columns, in order
@@ -90,8 +95,8 @@ COLUMNS = (
     ("list_rss_mb", "its peak RSS MB", "{:.0f}"),
     ("paged_s", "LIST paged s", "{:.1f}"),
     ("paged_rss_mb", "its peak RSS MB", "{:.0f}"),
-    ("up_rss_mb", "up RSS MB", "{:.0f}"),
-    ("broker_rss_mb", "broker RSS MB", "{:.0f}"),
+    ("server_rss_mb", "server RSS MB", "{:.0f}"),
+    ("store_rss_mb", "log/etcd RSS MB", "{:.0f}"),
     ("restart_s", "restart-to-ready s", "{:.1f}"),
     ("recovery_s", "committer recovery s", "{:.1f}"),
     ("disk_per_report", "disk B/report", "{:.0f}"),
@@ -103,10 +108,11 @@ COLUMNS = (
 
 
 def table(rows: list[Row]) -> str:
-    """One line per size."""
+    """One line per size; "gave out" where the API could not hold it."""
     headers = ["reports", *(h for _, h, _ in COLUMNS)]
-    lines = [[f"{r.size:,}", *(fmt.format(r.values[k]) if k in r.values else "-"
-                              for k, _, fmt in COLUMNS)] for r in rows]
+    lines = [[f"{r.size:,}", *(fmt.format(r.values[k]) if k in r.values else
+                              "gave out" if r.gave_out else "-" for k, _, fmt in COLUMNS)]
+             for r in rows]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
     out = [" | ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
     out.append("-+-".join("-" * w for w in widths))
@@ -117,8 +123,8 @@ def table(rows: list[Row]) -> str:
 #: (what, check of the last row against the first) of the targets at a million
 TARGETS: tuple[tuple[str, Callable[[Row, Row], bool | None]], ...] = (
     ("RSS of up <= 1.5 GiB at rest and during a paged LIST of everything",
-     lambda first, last: max(last.values.get("up_rss_mb", 0),
-                             last.values.get("paged_rss_mb", 0)) <= 1536),
+     lambda first, last: max(last.values["server_rss_mb"],
+                             last.values["paged_rss_mb"]) <= 1536),
     ("create rate >= 0.8x the first size's",
      lambda first, last: last.values["create_rate"] >= 0.8 * first.values["create_rate"]),
     ("GET p99 <= 1.2x the first size's",
@@ -136,6 +142,8 @@ TARGETS: tuple[tuple[str, Callable[[Row, Row], bool | None]], ...] = (
 def verdicts(rows: list[Row]) -> str:
     """Each target, met or not, at the largest size."""
     first, last = rows[0], rows[-1]
+    if last.gave_out:
+        return f"gave out at {last.size:,} reports: {last.gave_out}"
     out = [f"targets, at {last.size:,} reports:"]
     for what, check in TARGETS:
         try:
@@ -217,9 +225,16 @@ async def _head(client: Client) -> int:
 
 async def _until_head(client: Client, wanted: int, progress: Callable[[str], None]) -> None:
     """Wait until the change log reaches ``wanted`` (the committer has
-    decided every request sent), saying how far it is once a minute."""
-    said = time.monotonic()
-    while (head := await _head(client)) < wanted:
+    decided every request sent), saying how far it is once a minute. The
+    frontend refuses consistent reads (503) while the materializer is far
+    behind: those are waited out."""
+    said, head = time.monotonic(), 0
+    while head < wanted:
+        try:
+            head = await _head(client)
+        except APIError as err:
+            if err.status != 503:
+                raise
         if time.monotonic() - said > 60:
             progress(f"scale: the committer is at resourceVersion {head:,} of {wanted:,}")
             said = time.monotonic()
@@ -279,40 +294,162 @@ async def _list_paged(client: Client, pid: int, limit: int) -> tuple[float, int,
     return seconds, items, pages, memory.peak
 
 
-def _broker_rss(pid: int) -> int:
-    return sum(p.memory_info().rss for p in psutil.Process(pid).children(recursive=True)
-               if "java" in p.name())
-
-
 async def _metric(client: Client, name: str) -> float | None:
     page = await client.text("/metrics")
     found = re.search(rf"^{re.escape(name)} (\S+)$", page, re.MULTILINE)
     return float(found.group(1)) if found else None
 
 
-async def _restart(system: RunningSystem, probe: Resource, now: int
-                   ) -> tuple[float, float, float | None]:
-    """SIGTERM, then ``up`` again on the same directory until it serves a
-    consistent read and acknowledges a write: (seconds from SIGTERM,
-    seconds from the start, the committer's recovery seconds)."""
-    stopping = time.perf_counter()
-    await system.stop()
-    starting = time.perf_counter()
-    await system.start(timeout=900)
-    async with Client(system.kubeconfig, connections=4) as client:
+async def _until_written(kubeconfig: Path, probe: Resource, now: int) -> None:
+    """Until a consistent read is served and a write acknowledged."""
+    async with Client(kubeconfig, connections=4) as client:
         while True:
             try:
                 await _head(client)
                 await client.create(polr_collection(probe.namespace),
                                     orjson.dumps(policy_report(probe, now)))
-                break
+                return
             except APIError as err:
                 if err.status != 503:
                     raise
                 await asyncio.sleep(0.1)
+
+
+class _Ours:
+    """This system: one ``up`` on a data directory."""
+
+    name = "this system"
+    analytics = True
+
+    def __init__(self, base: Path):
+        self.system = RunningSystem(base / "system")
+        self.kubeconfig = self.system.kubeconfig
+        self._settings = Settings.from_env()
+
+    async def start(self) -> None:
+        await self.system.start(timeout=300)
+
+    async def stop(self) -> None:
+        await self.system.stop()
+
+    def server_pid(self) -> int:
+        return self.system.pid
+
+    def rss(self) -> tuple[int, int]:
+        """(``up``, its broker)."""
+        broker = sum(p.memory_info().rss for p in psutil.Process(self.system.pid).children(
+            recursive=True) if "java" in p.name())
+        return self.system.rss(), broker
+
+    def disk(self) -> tuple[int, str]:
+        return self.system.disk()
+
+    async def fill(self, client: Client, pods: Iterator[Resource], count: int, now: int,
+                   progress: Callable[[str], None]) -> tuple[int, str | None]:
+        """The fast path: requests straight to the requests topic. Returns the
+        bytes of JSON written, and never gives out."""
+        head = await _head(client)
+        sent = await fill(self._settings, _bootstrap(self.system), pods, now=now)
+        await _until_head(client, head + count, progress)
+        await settle(client, timeout=3600)
+        return sent, None
+
+    async def settled(self, client: Client) -> None:
+        await settle(client, timeout=3600)
+
+    async def restart(self, probe: Resource, now: int) -> tuple[float, float, float | None]:
+        """SIGTERM, then ``up`` again on the same directory until it serves a
+        consistent read and acknowledges a write: (seconds from SIGTERM,
+        seconds from the start, the committer's recovery seconds)."""
+        stopping = time.perf_counter()
+        await self.system.stop()
+        starting = time.perf_counter()
+        await self.system.start(timeout=900)
+        await _until_written(self.kubeconfig, probe, now)
         done = time.perf_counter()
-        recovery = await _metric(client, "reports_committer_recovery_seconds")
-    return done - stopping, done - starting, recovery
+        async with Client(self.kubeconfig, connections=1) as client:
+            recovery = await _metric(client, "reports_committer_recovery_seconds")
+        return done - stopping, done - starting, recovery
+
+
+#: the etcd-CRD baseline gives out when kube-apiserver and etcd together
+#: pass this much memory (half of a 24 GiB machine), or refuse writes
+CRD_MEMORY_LIMIT = 12 * 1024**3
+
+
+class _Crds:
+    """The reports as CRDs: kube-apiserver and etcd (its 8 GiB quota)."""
+
+    name = "etcd CRDs"
+    analytics = False
+
+    def __init__(self, base: Path, progress: Callable[[str], None]):
+        self.etcd = EtcdCrds(base / "etcd-crds", progress=progress)
+        self.kubeconfig = self.etcd.kubeconfig
+
+    async def start(self) -> None:
+        await self.etcd.start()
+
+    async def stop(self) -> None:
+        await self.etcd.stop()
+
+    def server_pid(self) -> int:
+        return self.etcd.pids()[-1]
+
+    def rss(self) -> tuple[int, int]:
+        """(kube-apiserver, etcd)."""
+        etcd, apiserver = (p.memory_info().rss for p in self.etcd.processes())
+        return apiserver, etcd
+
+    def disk(self) -> tuple[int, str]:
+        return self.etcd.disk()
+
+    async def fill(self, client: Client, pods: Iterator[Resource], count: int, now: int,
+                   progress: Callable[[str], None]) -> tuple[int, str | None]:
+        """Creates through kube-apiserver (it has no other way in), 64 clients,
+        10,000 at a time; stops when it gives out: writes refused, or its
+        memory past ``CRD_MEMORY_LIMIT``."""
+        driver = Driver(client, Mix(), random.Random(0))
+        driver.now = now
+        written, done = 0, 0
+        while done < count:
+            chunk = [next(pods) for _ in range(min(10_000, count - done))]
+            run = await closed_loop(driver, chunk, concurrency=64, seed=True)
+            written += run.bytes_written
+            done += len(chunk)
+            failed = sum(run.errors.values())
+            memory = sum(self.rss())
+            progress(f"scale: {self.name}: {done:,} of {count:,} created"
+                     f" ({len(chunk) / run.seconds:.0f}/s, kube-apiserver and etcd"
+                     f" {memory / MB:,.0f} MB{f', errors {dict(run.errors)}' if failed else ''})")
+            if failed > len(chunk) // 100:
+                return written, f"creates refused: {dict(run.errors)}; " + self._why()
+            if memory > CRD_MEMORY_LIMIT:
+                return written, (f"kube-apiserver and etcd at {memory / 2**30:.1f} GiB of"
+                                 " memory")
+        return written, None
+
+    def _why(self) -> str:
+        found = re.findall(r"(database space exceeded|etcdserver: [^\"]+|timeout[^\"]*)",
+                           self.etcd.logs())
+        return found[-1] if found else "see kube-apiserver's log"
+
+    async def settled(self, client: Client) -> None:
+        return None
+
+    async def restart(self, probe: Resource, now: int) -> tuple[float, float, float | None]:
+        """SIGTERM to both, then both again on the same directory until a
+        consistent read is served and a write acknowledged."""
+        stopping = time.perf_counter()
+        await self.etcd.stop()
+        starting = time.perf_counter()
+        await self.etcd.start(timeout=1800)
+        await _until_written(self.kubeconfig, probe, now)
+        done = time.perf_counter()
+        return done - stopping, done - starting, None
+
+
+Target = _Ours | _Crds
 
 
 def _watches(options: Options, namespaces: list[str]) -> list[tuple[str, str | None]]:
@@ -327,74 +464,77 @@ def _watches(options: Options, namespaces: list[str]) -> list[tuple[str, str | N
     return out
 
 
-async def _size(system: RunningSystem, options: Options, size: int, reports: _Reports,
+async def _size(target: Target, options: Options, size: int, reports: _Reports,
                 raw: list[int], rng: random.Random, progress: Callable[[str], None]) -> Row:
     row = Row(size)
-    settings = Settings.from_env()
     now = int(time.time())
     creates = min(options.creates, size - reports.made)
     bulk = size - reports.made - creates
-    async with Client(system.kubeconfig, connections=options.watchers + options.clients + 8
-                      ) as client:
+    async with Client(target.kubeconfig,
+                      connections=options.watchers + max(options.clients, 64) + 8) as client:
         if bulk > 0:
-            progress(f"scale: {bulk:,} creates on the fast path (the requests topic)")
-            head = await _head(client)
+            progress(f"scale: {target.name}: {bulk:,} creates to fill")
             started = time.perf_counter()
-            raw[0] += await fill(settings, _bootstrap(system), reports.take(bulk), now=now)
+            sent, row.gave_out = await target.fill(client, reports.take(bulk), bulk, now,
+                                                   progress)
+            raw[0] += sent
             raw[1] += bulk
-            await _until_head(client, head + bulk, progress)
-            row.notes.append(f"fast path: {bulk / (time.perf_counter() - started):.0f}"
-                             " creates/s decided")
-            await settle(client, timeout=3600)
-        progress(f"scale: {creates:,} creates through the API, {options.clients} clients")
+            row.notes.append(f"fill: {bulk / (time.perf_counter() - started):.0f} creates/s")
+            if row.gave_out:
+                return row
+        progress(f"scale: {target.name}: {creates:,} creates through the API,"
+                 f" {options.clients} clients")
         pool = list(reports.take(creates))
         driver = Driver(client, Mix(), rng)
+        driver.now = now
         run = await closed_loop(driver, pool, concurrency=options.clients, seed=True)
         raw[0] += run.bytes_written
         raw[1] += run.versions_written
         if run.errors:
             row.notes.append(f"create errors {dict(run.errors)}")
         row.values["create_rate"] = len(run.writes()) / run.seconds
-        await settle(client, timeout=3600)
+        await target.settled(client)
 
-        progress(f"scale: {options.gets} GETs")
+        progress(f"scale: {target.name}: {options.gets} GETs")
         gets = await _gets(client, reports.sample, options.gets, options.clients, rng)
         row.values["get_p50_ms"] = percentile(gets, 50) * 1000
         row.values["get_p99_ms"] = percentile(gets, 99) * 1000
 
-        row.values["up_rss_mb"] = system.rss() / MB
-        row.values["broker_rss_mb"] = _broker_rss(system.pid) / MB
+        server, store = target.rss()
+        row.values["server_rss_mb"], row.values["store_rss_mb"] = server / MB, store / MB
 
-        progress(f"scale: LIST of all {size:,} reports, whole")
-        seconds, items, peak = await _list_all(client, system.pid)
+        progress(f"scale: {target.name}: LIST of all {size:,} reports, whole")
+        seconds, items, peak = await _list_all(client, target.server_pid())
         row.values["list_s"], row.values["list_rss_mb"] = seconds, peak / MB
         row.notes.append(f"whole LIST: {items:,} items")
-        progress(f"scale: LIST of all {size:,} reports, in pages of {options.page}")
-        seconds, items, pages, peak = await _list_paged(client, system.pid, options.page)
+        progress(f"scale: {target.name}: LIST of all {size:,} reports, in pages of"
+                 f" {options.page}")
+        seconds, items, pages, peak = await _list_paged(client, target.server_pid(),
+                                                        options.page)
         row.values["paged_s"], row.values["paged_rss_mb"] = seconds, peak / MB
         row.notes.append(f"paged LIST: {items:,} items in {pages:,} pages")
 
-        progress(f"scale: {options.watchers} watchers, writes at {options.watch_rate:g}/s for"
-                 f" {options.watch_seconds:g} s")
+        progress(f"scale: {target.name}: {options.watchers} watchers, writes at"
+                 f" {options.watch_rate:g}/s for {options.watch_seconds:g} s")
         watch_pool = pool[:max(1, int(options.watch_rate * 2))]
         lags, missing, written = await watch_lag(
-            system.kubeconfig, Driver(client, Mix(admission=0, background=100, read=0), rng),
+            target.kubeconfig, Driver(client, Mix(admission=0, background=100, read=0), rng),
             watch_pool, watches=_watches(options, sorted({r.namespace for r in watch_pool})),
             rate=options.watch_rate, duration=options.watch_seconds)
         row.values["watch_p50_ms"] = percentile(lags, 50) * 1000
         row.values["watch_p99_ms"] = percentile(lags, 99) * 1000
         row.notes.append(f"watches: {len(lags):,} events, {missing} not delivered in time,"
                          f" {len(written)} writes (p99 {percentile(written, 99) * 1000:.0f} ms)")
-        await settle(client, timeout=3600)
+        await target.settled(client)
 
-    total, what = system.disk()
+    total, what = target.disk()
     row.values["disk_per_report"] = total / size
     row.values["disk_ratio"] = total / size / (raw[0] / max(raw[1], 1))
     row.notes.append(f"disk: {what}")
 
-    progress("scale: restart (SIGTERM, then up on the same directory)")
+    progress(f"scale: {target.name}: restart (SIGTERM, then again on the same directory)")
     probe = next(reports.take(1))
-    restart, start, recovery = await _restart(system, probe, now)
+    restart, start, recovery = await target.restart(probe, now)
     row.values["restart_s"] = restart
     if recovery is not None:
         row.values["recovery_s"] = recovery
@@ -420,37 +560,50 @@ def _more_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-async def run(options: Options, *, progress: Callable[[str], None] = print) -> list[Row]:
-    """Every size's row, in order of size."""
+async def run(options: Options, *, progress: Callable[[str], None] = print
+              ) -> dict[str, list[Row]]:
+    """Every size's row, in order of size, of this system and (unless
+    ``baseline`` is off) of etcd CRDs, which stop at the size they give out."""
     sizes = sorted(set(options.sizes))
     _more_files()
     base = options.data_dir or Path(tempfile.mkdtemp(prefix="reports-scale-"))
     keep = options.data_dir is not None
-    rng = random.Random(options.seed)
-    reports = _Reports(options.namespaces, options.seed)
-    raw = [0, 0]  # bytes of JSON written, reports written
-    rows: list[Row] = []
+    targets: list[Target] = [_Ours(base)]
+    if options.baseline:
+        targets.append(_Crds(base, progress))
+    out: dict[str, list[Row]] = {}
     try:
-        system = RunningSystem(base / "system")
-        await system.start(timeout=300)
-        try:
-            for size in sizes:
-                row = await _size(system, options, size, reports, raw, rng, progress)
-                progress(f"scale: analytics questions at {size:,} reports")
-                await _analytics(base / f"analytics-{size}", row, options.analytics_runs,
-                                 progress)
-                shutil.rmtree(base / f"analytics-{size}", ignore_errors=True)
-                rows.append(row)
-                progress("scale so far:\n" + table(rows))
-        finally:
-            await system.stop()
+        for target in targets:
+            # the same reports, the same way, for each
+            rng = random.Random(options.seed)
+            reports = _Reports(options.namespaces, options.seed)
+            raw = [0, 0]  # bytes of JSON written, reports written
+            rows = out[target.name] = []
+            await target.start()
+            try:
+                for size in sizes:
+                    row = await _size(target, options, size, reports, raw, rng, progress)
+                    if target.analytics and not row.gave_out:
+                        progress(f"scale: analytics questions at {size:,} reports")
+                        where = base / f"analytics-{size}"
+                        await _analytics(where, row, options.analytics_runs, progress)
+                        shutil.rmtree(where, ignore_errors=True)
+                    rows.append(row)
+                    progress(f"scale so far, {target.name}:\n" + table(rows))
+                    if row.gave_out:
+                        progress(f"scale: {target.name} gave out at {size:,}: {row.gave_out}")
+                        break
+            finally:
+                await target.stop()
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
-    return rows
+    return out
 
 
-def to_json(options: Options, rows: list[Row]) -> dict[str, Any]:
+def to_json(options: Options, rows: dict[str, list[Row]]) -> dict[str, Any]:
     return {"options": {k: str(v) if isinstance(v, Path) else v
                         for k, v in vars(options).items()},
-            "rows": [{"size": r.size, **r.values, "notes": r.notes} for r in rows]}
+            "apis": {name: [{"size": r.size, **r.values, "gave_out": r.gave_out,
+                             "notes": r.notes} for r in api_rows]
+                     for name, api_rows in rows.items()}}

@@ -518,7 +518,8 @@ def _bench_scale(args: argparse.Namespace) -> int:
         return 2
     given = {"watchers": args.watchers, "watch_rate": args.watch_rate,
              "watch_seconds": args.watch_duration, "namespaces": args.namespaces,
-             "clients": args.few_clients, "seed": args.seed, "data_dir": args.data_dir}
+             "clients": args.few_clients, "seed": args.seed, "data_dir": args.data_dir,
+             "baseline": args.baseline}
     options = replace(ScaleOptions(sizes=sizes, creates=args.scale_creates),
                       **{k: v for k, v in given.items() if v is not None})
     try:
@@ -533,10 +534,12 @@ def _bench_scale(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("reports-pipeline bench: stopped", file=sys.stderr)
         return 130
-    print(bench_scale.table(rows))
-    for row in rows:
-        print(f"\n{row.size:,} reports:\n" + "\n".join(f"  {n}" for n in row.notes))
-    print("\n" + bench_scale.verdicts(rows))
+    for name, api_rows in rows.items():
+        print(f"\n{name.upper()}\n" + bench_scale.table(api_rows))
+        for row in api_rows:
+            print(f"\n{name}, {row.size:,} reports:\n"
+                  + "\n".join(f"  {n}" for n in row.notes))
+        print(f"\n{name}: " + bench_scale.verdicts(api_rows))
     args.output.write_bytes(orjson.dumps(bench_scale.to_json(options, rows),
                                          option=orjson.OPT_INDENT_2))
     print(f"figures written to {args.output}")

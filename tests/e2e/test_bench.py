@@ -169,9 +169,10 @@ def test_against_another_api_adds_a_column(tmp_path: Path, up: Callable[..., Up]
 
 @pytest.mark.timeout(900)
 def test_scale_run_prints_a_row_per_size(tmp_path: Path) -> None:
-    """``bench --scale`` at two small sizes: the second filled on the fast
-    path through the committer, every column measured at both, the reports
-    all there to be listed, and the targets judged at the larger size."""
+    """``bench --scale`` at two small sizes, on this system and on etcd CRDs:
+    the second size filled on each one's way in (the committer's requests
+    topic; kube-apiserver), every column measured at both sizes, every
+    report there to be listed, and the targets judged at the larger size."""
     output = tmp_path / "scale.json"
     done = subprocess.run(
         [str(BIN / "reports-pipeline"), "bench", "--scale", "400,1500", "--scale-creates",
@@ -179,17 +180,24 @@ def test_scale_run_prints_a_row_per_size(tmp_path: Path) -> None:
          "--namespaces", "4", "--output", str(output)],
         capture_output=True, text=True, timeout=880)
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = json.loads(output.read_text())["rows"]
-    assert [r["size"] for r in rows] == [400, 1500]
-    for row in rows:
-        for key, _, _ in COLUMNS:
-            assert math.isfinite(row[key]), (row["size"], key)
-        listed = [n for n in row["notes"] if n.startswith(("whole LIST", "paged LIST"))]
-        assert len(listed) == 2 and all(f"{row['size']:,} items" in n for n in listed), listed
-        assert row["create_rate"] > 0 and row["watch_p99_ms"] > 0
-        assert any(n.startswith("watches: ") and ", 0 not delivered" in n
-                   for n in row["notes"]), row["notes"]
-    assert any(n.startswith("fast path: ") for n in rows[1]["notes"])
-    table = done.stdout.split("\n")
-    assert any(line.strip().startswith("1,500 |") for line in table), done.stdout
-    assert "targets, at 1,500 reports:" in done.stdout
+    apis = json.loads(output.read_text())["apis"]
+    assert set(apis) == {"this system", "etcd CRDs"}
+    for name, rows in apis.items():
+        assert [r["size"] for r in rows] == [400, 1500], name
+        for row in rows:
+            assert row["gave_out"] is None
+            for key, _, _ in COLUMNS:
+                if key in ("recovery_s", "analytics_min_speedup") and name == "etcd CRDs":
+                    continue  # no committer, and no analytics to ask
+                assert math.isfinite(row[key]), (name, row["size"], key)
+            listed = [n for n in row["notes"] if n.startswith(("whole LIST", "paged LIST"))]
+            assert len(listed) == 2 and all(f"{row['size']:,} items" in n for n in listed), \
+                (name, listed)
+            assert row["create_rate"] > 0 and row["watch_p99_ms"] > 0
+            assert any(n.startswith("watches: ") and ", 0 not delivered" in n
+                       for n in row["notes"]), (name, row["notes"])
+        assert any(n.startswith("fill: ") for n in rows[1]["notes"]), name
+    assert "\nTHIS SYSTEM\n" in done.stdout and "\nETCD CRDS\n" in done.stdout
+    lines = done.stdout.split("\n")
+    assert sum(line.strip().startswith("1,500 |") for line in lines) == 2, done.stdout
+    assert "this system: targets, at 1,500 reports:" in done.stdout
