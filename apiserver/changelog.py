@@ -84,12 +84,22 @@ class Expired(Exception):
     """The requested resourceVersion is older than the cache's history."""
 
 
-class Subscription:
-    """Events for one watcher, in order; ``overflowed`` when the watcher fell
-    too far behind and must start again. ``None`` in the queue: the server is
-    stopping, and the watch ends after what came before it."""
+#: What a watcher sees: a resource's objects in one namespace, or (None) in
+#: every namespace (and cluster-scoped ones).
+Scope = tuple[str, str | None]
 
-    def __init__(self, limit: int):
+
+def in_scope(scope: Scope, key: Key) -> bool:
+    return key[0] == scope[0] and (scope[1] is None or key[1] == scope[1])
+
+
+class Subscription:
+    """Events of one scope for one watcher, in order; ``overflowed`` when the
+    watcher fell too far behind and must start again. ``None`` in the queue:
+    the server is stopping, and the watch ends after what came before it."""
+
+    def __init__(self, scope: Scope, limit: int):
+        self.scope = scope
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self._limit = limit
         self.overflowed = False
@@ -102,6 +112,36 @@ class Subscription:
             self.overflowed = True
         if not self.overflowed:
             self.queue.put_nowait(event)
+
+
+class Watchers:
+    """The watches' subscriptions by scope: an event is offered to those that
+    can see it, not to every watcher (a thousand watches of one namespace
+    each would otherwise each wake for every change)."""
+
+    def __init__(self) -> None:
+        self._by_scope: dict[Scope, set[Subscription]] = {}
+
+    def add(self, sub: Subscription) -> None:
+        self._by_scope.setdefault(sub.scope, set()).add(sub)
+
+    def remove(self, sub: Subscription) -> None:
+        subs = self._by_scope.get(sub.scope)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._by_scope[sub.scope]
+
+    def offer(self, event: Event) -> None:
+        resource, namespace, _ = event.key
+        for scope in ((resource, None), (resource, namespace)):
+            for sub in self._by_scope.get(scope, ()):
+                sub.offer(event)
+
+    def close(self) -> None:
+        for subs in self._by_scope.values():
+            for sub in subs:
+                sub.close()
 
 
 class ChangeLog:
@@ -131,7 +171,7 @@ class ChangeLog:
         #: readers waiting for the cache to advance, with what they wait for
         self._waiting: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
-        self._subscribers: set[Subscription] = set()
+        self._watchers = Watchers()
         self._closing = False
 
     @property
@@ -191,8 +231,7 @@ class ChangeLog:
                               before.change if before else None, record.timestamp / 1000,
                               change.previous)
                 self._append(event)
-                for sub in self._subscribers:
-                    sub.offer(event)
+                self._watchers.offer(event)
             self._position = position
             self._advance()
 
@@ -310,15 +349,17 @@ class ChangeLog:
             if self._refreshing is refreshing and refreshing.done():
                 self._refreshing = None
 
-    def subscribe(self, since: int, *, limit: int = 10000) -> tuple[list[Event], Subscription]:
-        """Events after resourceVersion ``since`` from the cache, and a
-        subscription to every later one. Raises Expired when the cache no longer
-        reaches back to ``since``."""
+    def subscribe(self, since: int, scope: Scope, *, limit: int = 10000
+                  ) -> tuple[list[Event], Subscription]:
+        """Events of ``scope`` after resourceVersion ``since`` from the cache,
+        and a subscription to every later one. Raises Expired when the cache
+        no longer reaches back to ``since``."""
         if since < self._history:
             raise Expired(f"too old resource version: {since} ({self._history})")
-        backlog = [e for e in self._events if e.change.resource_version > since]
-        sub = Subscription(limit)
-        self._subscribers.add(sub)
+        backlog = [e for e in self._events
+                   if e.change.resource_version > since and in_scope(scope, e.key)]
+        sub = Subscription(scope, limit)
+        self._watchers.add(sub)
         if self._closing:
             sub.close()
         return backlog, sub
@@ -328,11 +369,10 @@ class ChangeLog:
         does: each stream ends cleanly after the events already sent, and its
         client watches again elsewhere."""
         self._closing = True
-        for sub in self._subscribers:
-            sub.close()
+        self._watchers.close()
 
     def unsubscribe(self, sub: Subscription) -> None:
-        self._subscribers.discard(sub)
+        self._watchers.remove(sub)
 
     def first_changes(self, resource: str, namespace: str | None, since: int,
                       after: tuple[str, str] | None, upto: tuple[str, str] | None = None

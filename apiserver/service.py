@@ -393,9 +393,9 @@ class ReportService:
                                    "message": "Too large resource version"}]) from err
 
     # -- watch ------------------------------------------------------------
-    def subscribe(self, since: int) -> Any:
+    def subscribe(self, since: int, query: ListQuery) -> Any:
         try:
-            return self.changelog.subscribe(since)
+            return self.changelog.subscribe(since, (query.rtype.id, query.namespace))
         except Expired as err:
             raise Gone(str(err)) from err
 

@@ -92,7 +92,7 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
         if rv_text in (None, ""):
             await service.changelog.sync()
         since = service.changelog.resource_version
-    backlog, sub = service.subscribe(since)
+    backlog, sub = service.subscribe(since, query)
     try:
         if initial:
             listed = await service.list_objects(query, resource_version="0")
