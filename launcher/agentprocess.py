@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 #: what the child may call on the parent's store
 CALLS = frozenset(name for name in dir(AggregateStore) if not name.startswith("_"))
 _LENGTH = struct.Struct(">I")
-#: a child that does not start within this long fails the start of the system
+#: a child that has not begun its work within this long fails the start of
+#: the system (its tables' recovery, as long as they are large, comes after)
 START_SECONDS = 120.0
 #: how long a stopping child has to stop its Faust app before it is killed
 STOP_SECONDS = 20.0
@@ -79,22 +80,31 @@ async def _read(reader: asyncio.StreamReader) -> tuple[Any, ...] | None:
 class StoreServer:
     """The parent's end: answers one child's store calls, each as it comes
     (the agent's refresh may call while a batch waits for its rows), and
-    reports whether the child said it is ready."""
+    reports whether the child said it has started (its Faust app built,
+    about to recover its tables) and whether it is ready (recovered, at
+    work)."""
 
     def __init__(self, store: AggregateStore, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter):
         self._store = store
         self._reader = reader
         self._writer = writer
+        self.started = asyncio.Event()
         self.ready = asyncio.Event()
         self._calls: set[asyncio.Task[None]] = set()
 
     async def serve(self) -> None:
         """Until the child closes its end (it exited)."""
+        began = time.monotonic()
         try:
             while (message := await _read(self._reader)) is not None:
-                if message[0] == "ready":
+                if message[0] == "started":
+                    self.started.set()
+                    began = time.monotonic()
+                elif message[0] == "ready":
                     self.ready.set()
+                    log.info("the aggregation agent recovered its tables in %.1f s",
+                             time.monotonic() - began)
                 elif message[0] == "call":
                     task = asyncio.create_task(self._answer(*message[1:]))
                     self._calls.add(task)
@@ -160,6 +170,9 @@ class RemoteStore:
         await _write(self._writer, ("call", self._next, name, args, kwargs))
         return await fut
 
+    async def started(self) -> None:
+        await _write(self._writer, ("started",))
+
     async def ready(self) -> None:
         await _write(self._writer, ("ready",))
 
@@ -188,8 +201,11 @@ class RemoteStore:
 
 
 class AgentProcess:
-    """The parent's handle on the agent's process: started (and ready) by
-    ``start``, started again whenever it dies, stopped by ``stop``."""
+    """The parent's handle on the agent's process: started by ``start``,
+    started again whenever it dies, stopped by ``stop``. ``start`` does not
+    wait for the agent to recover its tables (minutes, with a million
+    reports): the API and the committer need nothing of it, and it catches
+    up with the change log once recovered."""
 
     def __init__(self, settings: Settings, store: AggregateStore, *, bootstrap: str,
                  data_dir: Path):
@@ -226,18 +242,19 @@ class AgentProcess:
                               str(self._data_dir)))
         server = StoreServer(self._store, reader, writer)
         self._server = asyncio.create_task(server.serve(), name="agent-store")
-        ready = asyncio.create_task(server.ready.wait())
+        started = asyncio.create_task(server.started.wait())
         try:
-            done, _ = await asyncio.wait({ready, self._server}, timeout=START_SECONDS,
+            done, _ = await asyncio.wait({started, self._server}, timeout=START_SECONDS,
                                          return_when=asyncio.FIRST_COMPLETED)
         finally:
-            await cancel(ready)
-        if not server.ready.is_set():
+            await cancel(started)
+        if not server.started.is_set():
             await self._kill()
             raise AgentStartError("the aggregation agent's process"
-                                  + (" exited before it was ready" if done
-                                     else f" was not ready in {START_SECONDS:g} s"))
-        log.info("the aggregation agent runs in process %d", self._process.pid)
+                                  + (" exited before it started" if done
+                                     else f" did not start in {START_SECONDS:g} s"))
+        log.info("the aggregation agent runs in process %d; it recovers its tables",
+                 self._process.pid)
 
     async def _supervise(self) -> None:
         delay = RESTART_SECONDS[0]
@@ -297,8 +314,9 @@ async def _child(fd: int) -> None:
     store = RemoteStore(reader, writer)
     trim = asyncio.create_task(memory.trim_periodically(settings.malloc_trim_seconds))
     app = build_app(settings, store, bootstrap=bootstrap, data_dir=Path(data_dir))
+    await store.started()
     try:
-        await app.start()
+        await app.start()  # its tables recovered, its agent at work
         await store.ready()
         parent_gone = asyncio.create_task(store.closed.wait())
         stopped = asyncio.create_task(stop.wait())

@@ -76,6 +76,16 @@ async def test_calls_and_their_rows_arrive_intact(channel) -> None:  # type: ign
     await remote.write_policy_totals_windows([["t"]])
     assert store.written == {"counts": [["c", "ns", "p", 1, 2, 3, 4, 5, 9, at]],
                              "windows": [["w"]], "totals": [["t"]]}
+
+
+async def test_started_comes_before_ready(channel) -> None:  # type: ignore[no-untyped-def]
+    """The parent goes on once the agent has started; its tables' recovery,
+    long with a million reports, ends in ``ready`` later."""
+    _, server, remote = channel
+    await remote.started()
+    async with asyncio.timeout(5):
+        await server.started.wait()
+    assert not server.ready.is_set()
     await remote.ready()
     async with asyncio.timeout(5):
         await server.ready.wait()
