@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import clickhouse_connect
-import orjson
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
 
@@ -398,7 +397,7 @@ class ReportStore:
                 " FROM reports WHERE (resource, namespace, name) IN {keys:Array(Tuple(String,"
                 " String, String))} ORDER BY resource_version DESC LIMIT 1 BY resource,"
                 " namespace, name", parameters={"keys": wanted})
-            return {(r[0], r[1], r[2]): Current(int(r[3]), orjson.loads(r[5]), bool(r[4]))
+            return {(r[0], r[1], r[2]): Current(int(r[3]), r[5], bool(r[4]))
                     for r in result.result_rows}
         return await self.run(query)
 

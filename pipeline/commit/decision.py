@@ -13,6 +13,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from pipeline.model import managedfields, objects, resources
 from pipeline.model.messages import Change, Reply, WriteRequest
 from pipeline.model.versions import Current
@@ -118,11 +120,12 @@ def _update(req: WriteRequest, live: Current, rv: int) -> Decision:
         return Decision(Reply(req.id, 0, status=conflict(
             req, "the object has been modified; please apply your changes to the latest"
                  " version and try again")))
-    old_meta = objects.metadata(live.obj)
+    old = live.obj
+    old_meta = objects.metadata(old)
     generation = int(old_meta.get("generation") or 1)
-    if _spec(req.obj) != _spec(live.obj):
+    if _spec(req.obj) != _spec(old):
         generation += 1
-    obj = _with_meta(_managed(req, live.obj), **{f: old_meta.get(f) for f in _SYSTEM_FIELDS})
+    obj = _with_meta(_managed(req, old), **{f: old_meta.get(f) for f in _SYSTEM_FIELDS})
     obj = _with_meta(obj, generation=generation, resourceVersion=str(rv))
     meta = objects.metadata(obj)
     if meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -131,7 +134,8 @@ def _update(req: WriteRequest, live: Current, rv: int) -> Decision:
 
 
 def _delete(req: WriteRequest, live: Current, rv: int) -> Decision:
-    meta = objects.metadata(live.obj)
+    old = live.obj
+    meta = objects.metadata(old)
     pre = req.preconditions
     if pre.get("uid") and pre["uid"] != meta.get("uid"):
         return Decision(Reply(req.id, 0, status=conflict(
@@ -149,11 +153,11 @@ def _delete(req: WriteRequest, live: Current, rv: int) -> Decision:
         finalizers.append(req.finalizer)
     if finalizers:
         if meta.get("deletionTimestamp") and not added:
-            return Decision(Reply(req.id, live.resource_version, obj=live.obj))
-        obj = _with_meta(live.obj, deletionTimestamp=meta.get("deletionTimestamp") or req.now,
+            return Decision(Reply(req.id, live.resource_version, obj=old))
+        obj = _with_meta(old, deletionTimestamp=meta.get("deletionTimestamp") or req.now,
                          finalizers=finalizers, resourceVersion=str(rv))
         return _commit(req, "MODIFIED", obj, rv, live.resource_version)
-    obj = _with_meta(live.obj, resourceVersion=str(rv))
+    obj = _with_meta(old, resourceVersion=str(rv))
     return _commit(req, "DELETED", obj, rv, live.resource_version)
 
 
@@ -170,7 +174,7 @@ def _spec(obj: JSON) -> JSON:
 
 
 def current_after(change: Change) -> Current:
-    return Current(change.resource_version, change.obj, change.type == "DELETED",
+    return Current(change.resource_version, orjson.dumps(change.obj), change.type == "DELETED",
                    change.request_id)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 #: The resourceVersion of a store that has never been written, as etcd's first
 #: revision is 1: every list and watch has a real one, never "0" (client-go's
 #: RetryWatcher, which Kyverno's report counters use, refuses "0"). The first
@@ -25,9 +27,18 @@ class Progress:
 
 @dataclass(frozen=True)
 class Current:
-    """What the committer knows of one key: the last committed change."""
+    """What the committer knows of one key: the last committed change, its
+    object as JSON. Thousands are kept: a parsed report is some four hundred
+    objects of the interpreter's, and tens of thousands of them (a
+    materializer far behind) took gigabytes it could not give back."""
 
     resource_version: int
-    obj: dict[str, Any]
+    raw: bytes | str
     deleted: bool
     request_id: str = ""
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        """The object, parsed anew on each call."""
+        value: dict[str, Any] = orjson.loads(self.raw)
+        return value

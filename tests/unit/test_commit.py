@@ -144,7 +144,7 @@ def test_the_committer_keeps_the_objects_written_last_and_forgets_deletions() ->
     that exist the ``most`` written last stay (the reports writers come back
     to); versions ClickHouse does not hold yet all stay."""
     def at(rv: int, deleted: bool = False) -> Current:
-        return Current(rv, {}, deleted)
+        return Current(rv, b"{}", deleted)
     state = {("r", "ns", "hot"): at(9), ("r", "ns", "cold"): at(2), ("r", "ns", "warm"): at(7),
              ("r", "ns", "gone"): at(8, deleted=True), ("r", "ns", "new"): at(11),
              ("r", "ns", "new-gone"): at(12, deleted=True)}
