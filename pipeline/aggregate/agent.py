@@ -199,7 +199,7 @@ class Aggregator:
         last_rv = 0
         # each key is written once a batch: every table write is a changelog
         # record, and a report often changes twice in a second (None: deleted)
-        updated: dict[str, dict[str, Any] | None] = {}
+        updated: dict[str, dict[str, Any] | str | None] = {}
         turns = Turns()  # a second's changes would hold the event loop 100 ms
         for change, ts in batch:
             await turns.take()

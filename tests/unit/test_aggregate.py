@@ -95,8 +95,29 @@ def test_applied_round_trips_through_json() -> None:
     out = aggregate.apply_change(None, resource_version=4,
                                  obj=make(POLR, "a", "ns", ["fail", "warn"]), deleted=False)
     assert out is not None and out.applied is not None
-    back = aggregate.Applied.from_json(out.applied.to_json())
+    packed = out.applied.to_json()
+    assert isinstance(packed, str)  # one string, not lists of strings
+    back = aggregate.Applied.from_json(packed)
+    assert back.resource_version == 4 and back.namespace == "ns"
     assert back.statuses == out.applied.statuses and back.counts() == out.applied.counts()
+
+
+def test_packed_contributions_keep_every_resource_and_read_the_nested_form() -> None:
+    """Results about other resources than the report's most common one keep
+    theirs; names holding a separator, and the nested form an earlier
+    version wrote to the table's changelog, round-trip as well."""
+    statuses = {("p1", "r1", "Pod/ns/a"): "fail", ("p1", "r2", "Pod/ns/a"): "pass",
+                ("p2", "r1", "Deployment/ns/b"): "warn", ("p3", "r", "Pod/ns/a"): "skip",
+                ("p4", "", "Pod/ns/a"): "error"}
+    applied = aggregate.Applied(9, "ns", statuses)
+    back = aggregate.Applied.from_json(applied.to_json())
+    assert (back.resource_version, back.namespace, back.statuses) == (9, "ns", statuses)
+    odd = aggregate.Applied(3, "ns", {("p\x1fq", "r", "Pod/ns/a"): "pass"})
+    assert isinstance(odd.to_json(), dict)
+    assert aggregate.Applied.from_json(odd.to_json()).statuses == odd.statuses
+    nested = {"rv": 2, "ns": "ns", "s": [["p1", "r1", "Pod/ns/a", "fail"]]}
+    assert aggregate.Applied.from_json(nested).statuses == {("p1", "r1", "Pod/ns/a"): "fail"}
+    assert aggregate.Applied.from_json(aggregate.Applied(1, "ns").to_json()).statuses == {}
 
 
 def test_counts_across_namespaces_sum_every_namespace_of_a_policy() -> None:
