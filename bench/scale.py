@@ -351,11 +351,20 @@ class _Ours:
         head = await _head(client)
         sent = await fill(self._settings, _bootstrap(self.system), pods, now=now)
         await _until_head(client, head + count, progress)
-        await settle(client, timeout=3600)
+        await self.settled(client)
         return sent, None
 
     async def settled(self, client: Client) -> None:
+        """ClickHouse has every change, and the aggregation agent (in a
+        process of its own, on the same cores) has caught up with them: a
+        measure does not pay for the backlog of what came before it."""
         await settle(client, timeout=3600)
+        deadline = time.monotonic() + 3600
+        while (lag := await _metric(client, 'reports_consumer_lag_records{agent="aggregate"}')
+               ) is None or lag > AGENT_SETTLED:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the aggregation agent is still {lag} records behind")
+            await asyncio.sleep(1)
 
     async def restart(self, probe: Resource, now: int) -> tuple[float, float, float | None]:
         """SIGTERM, then ``up`` again on the same directory until it serves a
@@ -371,6 +380,10 @@ class _Ours:
             recovery = await _metric(client, "reports_committer_recovery_seconds")
         return done - stopping, done - starting, recovery
 
+
+#: the aggregation agent's lag (records, transaction markers included) taken
+#: as caught up
+AGENT_SETTLED = 50
 
 #: the etcd-CRD baseline gives out when kube-apiserver and etcd together
 #: pass this much memory (half of a 24 GiB machine), or refuse writes
@@ -539,6 +552,10 @@ async def _size(target: Target, options: Options, size: int, reports: _Reports,
     if recovery is not None:
         row.values["recovery_s"] = recovery
     row.notes.append(f"restart: {start:.1f} s of it from the start")
+    settling = time.perf_counter()
+    async with Client(target.kubeconfig, connections=2) as client:
+        await target.settled(client)  # the analytics that follow run on a quiet machine
+    row.notes.append(f"restart: settled {time.perf_counter() - settling:.0f} s after it")
     return row
 
 
