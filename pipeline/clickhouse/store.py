@@ -402,13 +402,18 @@ class ReportStore:
         return await self.run(query)
 
     async def get(self, resource: str, namespace: str, name: str) -> StoredObject | None:
+        """The object's latest version, unless that is its deletion. Its rows
+        newest first, the first taken: FINAL would merge every part's rows
+        around the key (9x the time at 225,000 reports)."""
         def query(client: Client) -> StoredObject | None:
             rows = client.query(
-                "SELECT resource_version, namespace, name, object FROM reports FINAL"
-                " WHERE resource = {r:String} AND namespace = {ns:String} AND name = {n:String}",
+                "SELECT resource_version, namespace, name, object, deleted FROM reports"
+                " WHERE resource = {r:String} AND namespace = {ns:String} AND name = {n:String}"
+                " ORDER BY resource_version DESC LIMIT 1",
                 parameters={"r": resource, "ns": namespace, "n": name}).result_rows
-            return StoredObject(int(rows[0][0]), rows[0][1], rows[0][2], rows[0][3]) if rows \
-                else None
+            if not rows or rows[0][4]:
+                return None
+            return StoredObject(int(rows[0][0]), rows[0][1], rows[0][2], rows[0][3])
         return await self.run(query)
 
     async def versions_before(self, resource: str, before: int, *,
@@ -454,24 +459,59 @@ class ReportStore:
                         conditions: Sequence[str] = (), params: dict[str, Any] | None = None,
                         after: tuple[str, str] | None = None, limit: int = 1000
                         ) -> list[StoredObject]:
-        """Current objects in (namespace, name) order after ``after``. Extra
-        ``conditions`` reference bound ``params``; callers build both."""
-        params = dict(params or {})
-        where = ["resource = {r:String}", *conditions]
-        params["r"] = resource
+        """Current objects in (namespace, name) order after ``after``: ``limit``
+        of them, fewer only at the end. Extra ``conditions`` reference bound
+        ``params``; callers build both.
+
+        Read a span of keys at a time: a key some rows on (its rows read in
+        order, stopping there) bounds a FINAL query, which otherwise merges
+        every row from ``after`` to the end of the table for each page (a
+        paged list of everything then costs the square of its size). A span
+        that yields few objects (a selective condition, deletions, versions
+        not yet merged) is followed by one twice as long."""
+        base = {**(params or {}), "r": resource}
+        scope = ["resource = {r:String}"]
         if namespace is not None:
-            where.append("namespace = {ns:String}")
-            params["ns"] = namespace
-        if after is not None:  # in forms the primary key's index can use
-            where.append("name > {aname:String}" if namespace == after[0] else
-                         "namespace >= {ans:String} AND (namespace, name) > ({ans:String},"
-                         " {aname:String})")
-            params.update(ans=after[0], aname=after[1])
-        params["lim"] = limit
-        sql = ("SELECT resource_version, namespace, name, object FROM reports FINAL WHERE "
-               + " AND ".join(where) + " ORDER BY namespace, name LIMIT {lim:UInt32}")
+            scope.append("namespace = {ns:String}")
+            base["ns"] = namespace
 
         def query(client: Client) -> list[StoredObject]:
-            rows = client.query(sql, parameters=params).result_rows
-            return [StoredObject(int(r[0]), r[1], r[2], r[3]) for r in rows]
+            out: list[StoredObject] = []
+            cursor, span = after, 2 * limit
+            while len(out) < limit:
+                bound = dict(base)
+                where = scope + _after(namespace, cursor, bound)
+                upper = client.query(
+                    "SELECT namespace, name FROM reports WHERE " + " AND ".join(where)
+                    + " ORDER BY namespace, name LIMIT 1 OFFSET {span:UInt32}",
+                    parameters={**bound, "span": span - 1}).result_rows
+                if upper:
+                    bound.update(uns=upper[0][0], uname=upper[0][1])
+                    where.append("name <= {uname:String}" if namespace == upper[0][0] else
+                                 "namespace <= {uns:String} AND (namespace, name) <="
+                                 " ({uns:String}, {uname:String})")
+                rows = client.query(
+                    "SELECT resource_version, namespace, name, object FROM reports FINAL WHERE "
+                    + " AND ".join(where + list(conditions))
+                    + " ORDER BY namespace, name LIMIT {lim:UInt32}",
+                    parameters={**bound, "lim": limit - len(out)}).result_rows
+                out.extend(StoredObject(int(r[0]), r[1], r[2], r[3]) for r in rows)
+                if not upper:
+                    break
+                cursor = (upper[0][0], upper[0][1])
+                if len(rows) < limit // 2:
+                    span = min(span * 2, 1 << 20)
+            return out
         return await self.run(query)
+
+
+def _after(namespace: str | None, after: tuple[str, str] | None,
+           params: dict[str, Any]) -> list[str]:
+    """The condition on keys past ``after``, in forms the primary key's index
+    can use; binds its parameters in ``params``."""
+    if after is None:
+        return []
+    params.update(ans=after[0], aname=after[1])
+    if namespace == after[0]:
+        return ["name > {aname:String}"]
+    return ["namespace >= {ans:String} AND (namespace, name) > ({ans:String}, {aname:String})"]
