@@ -69,6 +69,8 @@ class Options:
     watch_rate: float = 200.0
     watch_seconds: float = 30.0
     analytics_runs: int = 3
+    #: this system's rows
+    system: bool = True
     #: the same sizes as etcd CRDs, up to where they give out
     baseline: bool = True
     seed: int = 1
@@ -585,7 +587,7 @@ async def run(options: Options, *, progress: Callable[[str], None] = print
     _more_files()
     base = options.data_dir or Path(tempfile.mkdtemp(prefix="reports-scale-"))
     keep = options.data_dir is not None
-    targets: list[Target] = [_Ours(base)]
+    targets: list[Target] = [_Ours(base)] if options.system else []
     if options.baseline:
         targets.append(_Crds(base, progress))
     out: dict[str, list[Row]] = {}

@@ -448,6 +448,9 @@ def _parser() -> argparse.ArgumentParser:
                             f" {scale.watch_seconds:g}; --namespaces, default"
                             f" {scale.namespaces}; --few-clients, the creating and reading"
                             f" clients, default {scale.clients})")
+    bench.add_argument("--scale-apis", default="system,etcd", metavar="API,...",
+                       help="with --scale: whose rows, this system's (system) and etcd CRDs'"
+                            " (etcd; --no-baseline leaves them out)")
     bench.add_argument("--scale-creates", type=int, default=scale.creates, metavar="N",
                        help="with --scale: creates through the API at each size, whose rate"
                             " is the size's")
@@ -511,6 +514,11 @@ def _bench_scale(args: argparse.Namespace) -> int:
         sizes = tuple(int(n.replace("_", "")) for n in args.scale.split(",") if n.strip())
     except ValueError:
         sizes = ()
+    apis = {a.strip() for a in args.scale_apis.split(",") if a.strip()}
+    if not apis or apis - {"system", "etcd"}:
+        print("reports-pipeline bench: --scale-apis takes system, etcd or both",
+              file=sys.stderr)
+        return 2
     if not sizes or min(sizes) < args.scale_creates or args.scale_creates < 1:
         print("reports-pipeline bench: --scale takes numbers of reports, each at least"
               f" --scale-creates ({args.scale_creates}), e.g. 10000,100000,1000000",
@@ -519,7 +527,8 @@ def _bench_scale(args: argparse.Namespace) -> int:
     given = {"watchers": args.watchers, "watch_rate": args.watch_rate,
              "watch_seconds": args.watch_duration, "namespaces": args.namespaces,
              "clients": args.few_clients, "seed": args.seed, "data_dir": args.data_dir,
-             "baseline": args.baseline}
+             "baseline": "etcd" in apis and args.baseline is not False,
+             "system": "system" in apis}
     options = replace(ScaleOptions(sizes=sizes, creates=args.scale_creates),
                       **{k: v for k, v in given.items() if v is not None})
     try:
