@@ -367,6 +367,12 @@ class _Ours:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the aggregation agent is still {lag} records behind")
             await asyncio.sleep(1)
+        # and ClickHouse's merges of what came in (minutes of both cores after
+        # a fill) are done, or have run long enough
+        deadline = time.monotonic() + MERGES_SETTLE
+        while time.monotonic() < deadline and (await client.query(
+                "SELECT count() FROM system.merges WHERE database = currentDatabase()"))[0][0]:
+            await asyncio.sleep(2)
 
     async def restart(self, probe: Resource, now: int) -> tuple[float, float, float | None]:
         """SIGTERM, then ``up`` again on the same directory until it serves a
@@ -386,6 +392,9 @@ class _Ours:
 #: the aggregation agent's lag (records, transaction markers included) taken
 #: as caught up
 AGENT_SETTLED = 50
+
+#: the longest wait for ClickHouse's merges before a measure (seconds)
+MERGES_SETTLE = 900
 
 #: the etcd-CRD baseline gives out when kube-apiserver and etcd together
 #: pass this much memory (half of a 24 GiB machine), or refuse writes
