@@ -235,15 +235,17 @@ async def _until_head(client: Client, wanted: int, progress: Callable[[str], Non
     decided every request sent), saying how far it is once a minute. The
     frontend refuses consistent reads (503) while the materializer is far
     behind: those are waited out."""
-    said, head = time.monotonic(), 0
+    said, head, refused = time.monotonic(), 0, ""
     while head < wanted:
         try:
-            head = await _head(client)
+            head, refused = await _head(client), ""
         except APIError as err:
             if err.status != 503:
                 raise
+            refused = f" (reads refused: {err.reason})"
         if time.monotonic() - said > 60:
-            progress(f"scale: the committer is at resourceVersion {head:,} of {wanted:,}")
+            progress(f"scale: the change log was at resourceVersion {head:,} of {wanted:,}"
+                     + refused)
             said = time.monotonic()
         await asyncio.sleep(1)
 
