@@ -173,13 +173,13 @@ class EtcdCrds:
                 if crd:
                     name = crd["metadata"]["name"]
                     await self._until(partial(self._established, client, name),
-                                      f"CRD {name} established", 60)
+                                      f"CRD {name} established", timeout)
                     for version in crd["spec"]["versions"]:
                         if version.get("served"):
                             path = (f"/apis/{crd['spec']['group']}/{version['name']}/"
                                     f"{crd['spec']['names']['plural']}")
                             await self._until(partial(self._ok, client, path),
-                                              f"{path} served", 60)
+                                              f"{path} served", timeout)
 
     async def _until(self, check: Callable[[], Awaitable[bool]], what: str,
                      timeout: float) -> None:
