@@ -480,16 +480,13 @@ class ReportStore:
             cursor, span = after, 2 * limit
             while len(out) < limit:
                 bound = dict(base)
-                where = scope + _after(namespace, cursor, bound)
+                where = scope + _past(namespace, cursor, bound)
                 upper = client.query(
                     "SELECT namespace, name FROM reports WHERE " + " AND ".join(where)
                     + " ORDER BY namespace, name LIMIT 1 OFFSET {span:UInt32}",
                     parameters={**bound, "span": span - 1}).result_rows
                 if upper:
-                    bound.update(uns=upper[0][0], uname=upper[0][1])
-                    where.append("name <= {uname:String}" if namespace == upper[0][0] else
-                                 "namespace <= {uns:String} AND (namespace, name) <="
-                                 " ({uns:String}, {uname:String})")
+                    where += _past(namespace, (upper[0][0], upper[0][1]), bound, upto=True)
                 rows = client.query(
                     "SELECT resource_version, namespace, name, object FROM reports FINAL WHERE "
                     + " AND ".join(where + list(conditions))
@@ -505,13 +502,17 @@ class ReportStore:
         return await self.run(query)
 
 
-def _after(namespace: str | None, after: tuple[str, str] | None,
-           params: dict[str, Any]) -> list[str]:
-    """The condition on keys past ``after``, in forms the primary key's index
-    can use; binds its parameters in ``params``."""
-    if after is None:
+def _past(namespace: str | None, key: tuple[str, str] | None, params: dict[str, Any], *,
+          upto: bool = False) -> list[str]:
+    """The condition on keys past ``key`` (``upto``: up to it, inclusive), in
+    forms the primary key's index can use; binds its parameters in
+    ``params``."""
+    if key is None:
         return []
-    params.update(ans=after[0], aname=after[1])
-    if namespace == after[0]:
-        return ["name > {aname:String}"]
-    return ["namespace >= {ans:String} AND (namespace, name) > ({ans:String}, {aname:String})"]
+    ns, name, op, namespaces = (("uns", "uname", "<=", "<=") if upto else
+                                ("ans", "aname", ">", ">="))
+    params.update({ns: key[0], name: key[1]})
+    if namespace == key[0]:
+        return [f"name {op} {{{name}:String}}"]
+    return [f"namespace {namespaces} {{{ns}:String}} AND (namespace, name) {op}"
+            f" ({{{ns}:String}}, {{{name}:String}})"]
