@@ -479,7 +479,7 @@ def _bench_faults(args: argparse.Namespace) -> int:
 
     async def faults() -> Report:
         cluster = KafkaCluster(base / "kafka", nodes=args.kafka_brokers, config=config,
-                               progress=lambda m: print(f"-- {m}", flush=True))
+                               progress=_progress_line)
         await cluster.start()
         if config:
             print("-- broker settings: " + ", ".join(f"{k}={v}" for k, v in config.items()),
@@ -487,7 +487,7 @@ def _bench_faults(args: argparse.Namespace) -> int:
         try:
             return await bench_faults.run(
                 cluster, base / "system", names, before=args.fault_seconds,
-                after=args.fault_seconds, progress=lambda m: print(f"-- {m}", flush=True))
+                after=args.fault_seconds, progress=_progress_line)
         finally:
             await cluster.stop()
 
@@ -531,18 +531,9 @@ def _bench_scale(args: argparse.Namespace) -> int:
              "system": "system" in apis}
     options = replace(ScaleOptions(sizes=sizes, creates=args.scale_creates),
                       **{k: v for k, v in given.items() if v is not None})
-    try:
-        rows = asyncio.run(_stopped_by_sigterm(
-            bench_scale.run(options, progress=lambda m: print(f"-- {m}", flush=True))))
-    except (ValueError, OSError, RuntimeError) as err:
-        print(f"reports-pipeline bench: {err}", file=sys.stderr)
-        return 1
-    except KubeClientError as err:
-        print(f"reports-pipeline bench: a request failed: {err}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("reports-pipeline bench: stopped", file=sys.stderr)
-        return 130
+    rows, code = _run_bench(bench_scale.run(options, progress=_progress_line))
+    if rows is None:
+        return code
     for name, api_rows in rows.items():
         print(f"\n{name.upper()}\n" + bench_scale.table(api_rows))
         for row in api_rows:
@@ -574,18 +565,12 @@ def _bench(args: argparse.Namespace) -> int:
                               f" {err.strerror or err}") from err
         if options.against is not None and not options.against.is_file():
             raise ValueError(f"--against {options.against}: no such kubeconfig")
-        report = asyncio.run(_stopped_by_sigterm(
-            bench_run(options, progress=lambda m: print(f"-- {m}", flush=True))))
-    except (ValueError, OSError, RuntimeError) as err:
+    except (ValueError, OSError) as err:
         print(f"reports-pipeline bench: {err}", file=sys.stderr)
         return 1
-    except KubeClientError as err:
-        print(f"reports-pipeline bench: a request failed: {err}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        # everything the run started was stopped on its way out
-        print("reports-pipeline bench: stopped", file=sys.stderr)
-        return 130
+    report, code = _run_bench(bench_run(options, progress=_progress_line))
+    if report is None:
+        return code
     _validation_cost(report)
     print(report.table())
     compared = side_by_side_table(report)
@@ -595,6 +580,26 @@ def _bench(args: argparse.Namespace) -> int:
     written = write_json(report, args.output)
     print("figures written to " + " and ".join(str(p) for p in written))
     return 0
+
+
+def _progress_line(message: str) -> None:
+    print(f"-- {message}", flush=True)
+
+
+def _run_bench(main: Coroutine[Any, Any, T]) -> tuple[T | None, int]:
+    """``main``'s result, or None and the exit code of its failure, said in
+    one line."""
+    try:
+        return asyncio.run(_stopped_by_sigterm(main)), 0
+    except (ValueError, OSError, RuntimeError) as err:
+        print(f"reports-pipeline bench: {err}", file=sys.stderr)
+    except KubeClientError as err:
+        print(f"reports-pipeline bench: a request failed: {err}", file=sys.stderr)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        # everything the run started was stopped on its way out
+        print("reports-pipeline bench: stopped", file=sys.stderr)
+        return None, 130
+    return None, 1
 
 
 async def _stopped_by_sigterm(main: Coroutine[Any, Any, T]) -> T:
