@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,6 +309,19 @@ async def _metric(client: Client, name: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
+async def _restarted(stop: Callable[[], Awaitable[None]], start: Callable[[], Awaitable[None]],
+                     kubeconfig: Path, probe: Resource, now: int) -> tuple[float, float]:
+    """``stop``, then ``start`` until a consistent read is served and a write
+    (of ``probe``) acknowledged: (seconds from the stop, from the start)."""
+    stopping = time.perf_counter()
+    await stop()
+    starting = time.perf_counter()
+    await start()
+    await _until_written(kubeconfig, probe, now)
+    done = time.perf_counter()
+    return done - stopping, done - starting
+
+
 async def _until_written(kubeconfig: Path, probe: Resource, now: int) -> None:
     """Until a consistent read is served and a write acknowledged."""
     async with Client(kubeconfig, connections=4) as client:
@@ -385,15 +398,11 @@ class _Ours:
         """SIGTERM, then ``up`` again on the same directory until it serves a
         consistent read and acknowledges a write: (seconds from SIGTERM,
         seconds from the start, the committer's recovery seconds)."""
-        stopping = time.perf_counter()
-        await self.system.stop()
-        starting = time.perf_counter()
-        await self.system.start(timeout=900)
-        await _until_written(self.kubeconfig, probe, now)
-        done = time.perf_counter()
+        restart, start = await _restarted(self.system.stop, lambda: self.system.start(
+            timeout=900), self.kubeconfig, probe, now)
         async with Client(self.kubeconfig, connections=1) as client:
             recovery = await _metric(client, "reports_committer_recovery_seconds")
-        return done - stopping, done - starting, recovery
+        return restart, start, recovery
 
 
 #: the aggregation agent's lag (records, transaction markers included) taken
@@ -480,13 +489,9 @@ class _Crds:
     async def restart(self, probe: Resource, now: int) -> tuple[float, float, float | None]:
         """SIGTERM to both, then both again on the same directory until a
         consistent read is served and a write acknowledged."""
-        stopping = time.perf_counter()
-        await self.etcd.stop()
-        starting = time.perf_counter()
-        await self.etcd.start(timeout=1800)
-        await _until_written(self.kubeconfig, probe, now)
-        done = time.perf_counter()
-        return done - stopping, done - starting, None
+        restart, start = await _restarted(self.etcd.stop, lambda: self.etcd.start(
+            timeout=1800), self.kubeconfig, probe, now)
+        return restart, start, None
 
 
 Target = _Ours | _Crds
