@@ -11,8 +11,10 @@ and writes resuming by themselves. The outage figures are the benchmark's
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -61,8 +63,15 @@ async def test_every_topic_has_three_replicas_two_in_sync(replicated: Replicated
     admin = AIOKafkaAdminClient(bootstrap_servers=replicated.cluster.bootstrap)
     await admin.start()
     try:
-        ours = [t for t in await admin.list_topics()
-                if t.startswith(("faults.", "faults-")) or t == "__consumer_offsets"]
+        # `up` is ready before the aggregation agent has made its tables'
+        # topics (it does not wait for their recovery): await them
+        deadline = time.monotonic() + 120
+        while True:
+            ours = [t for t in await admin.list_topics()
+                    if t.startswith(("faults.", "faults-")) or t == "__consumer_offsets"]
+            if any(t.endswith("-changelog") for t in ours) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
         described = await admin.describe_topics(ours)
         configs = await admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, t) for t in ours])
