@@ -3,9 +3,11 @@ tail for reads, the committer (through Kafka) for writes."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +83,15 @@ class ListResult:
     items: AsyncIterator[Item]
     #: Set once ``items`` is exhausted, when there is a further page.
     continue_token: str = field(default="")
+
+
+def _abandon(reading: asyncio.Future[Any]) -> None:
+    """A read no one will take: cancelled, or its failure taken so that
+    asyncio does not report it as never retrieved."""
+    if not reading.done():
+        reading.cancel()
+    elif not reading.cancelled():
+        reading.exception()
 
 
 def _stored(row: StoredObject) -> Item:
@@ -205,52 +216,71 @@ class ReportService:
         # A page needs the item past its limit to know whether to continue: a
         # batch of PAGE + 1 keeps a page of up to PAGE items to one query.
         items = self.iterate(query, after, batch=min(limit, PAGE) + 1 if limit else PAGE,
-                             as_of=result.resource_version)
-        async for item in (_with_snapshot(items, snapshot) if snapshot else items):
-            if limit and count == limit:
-                assert last is not None
-                result.continue_token = paging.encode(paging.Continue(
-                    result.resource_version, last, query.digest()))
-                return
-            count += 1
-            last = (item.namespace, item.name)
-            yield item
+                             as_of=result.resource_version, ahead=not limit or limit > PAGE)
+        async with aclosing(items):
+            async for item in (_with_snapshot(items, snapshot) if snapshot else items):
+                if limit and count == limit:
+                    assert last is not None
+                    result.continue_token = paging.encode(paging.Continue(
+                        result.resource_version, last, query.digest()))
+                    return
+                count += 1
+                last = (item.namespace, item.name)
+                yield item
 
     async def iterate(self, query: ListQuery, after: tuple[str, str] | None = None, *,
-                      batch: int = PAGE, as_of: int | None = None) -> AsyncIterator[Item]:
+                      batch: int = PAGE, as_of: int | None = None, ahead: bool = False
+                      ) -> AsyncGenerator[Item, None]:
         """Current objects matching ``query`` in (namespace, name) order: each
         batch from ClickHouse overlaid with the cache's changes in its range
         (taken per batch, so a page costs its size, not the cache's). With
         ``as_of``, as they were at that resourceVersion: a list streamed while
-        writes go on holds no item newer than its own resourceVersion."""
+        writes go on holds no item newer than its own resourceVersion. With
+        ``ahead``, for a reader who wants more than one batch, the next batch
+        is read from ClickHouse while this one is sent."""
         params: dict[str, Any] = {}
         conditions = query.labels.sql(params) + query.fields.sql(params)
-        cursor = after
-        while True:
+
+        async def page(after: tuple[str, str] | None) -> list[StoredObject]:
             rows: list[StoredObject] = await self._guard(self._store.list_page(
                 query.rtype.id, namespace=query.namespace, conditions=conditions,
-                params=params, after=cursor, limit=batch))
-            exhausted = len(rows) < batch
-            upper = None if exhausted else (rows[-1].namespace, rows[-1].name)
-            merged: dict[tuple[str, str], Item | Cached] = {
-                (r.namespace, r.name): _stored(r) for r in rows}
-            for (_, ns, name), change in self.changelog.newest(
-                    query.rtype.id, query.namespace, cursor, upper):
-                key = (ns, name)
-                have = merged.get(key)
-                if have is None or change.resource_version >= have.resource_version:
-                    merged[key] = change
-            if as_of is not None:
-                await self._back_to(query, as_of, cursor, upper, merged)
-            for key in sorted(merged):
-                entry = merged[key]
-                if isinstance(entry, Item):
-                    yield entry
-                elif entry.type != "DELETED" and query.matches(entry.head):
-                    yield Item(key[0], key[1], entry.resource_version, raw=entry.raw)
-            if exhausted:
-                return
-            cursor = upper
+                params=params, after=after, limit=batch))
+            return rows
+
+        def read(after: tuple[str, str] | None) -> asyncio.Future[list[StoredObject]]:
+            return asyncio.ensure_future(page(after))
+        cursor = after
+        reading = read(cursor)
+        try:
+            while True:
+                rows = await reading
+                exhausted = len(rows) < batch
+                upper = None if exhausted else (rows[-1].namespace, rows[-1].name)
+                if ahead and upper is not None:
+                    reading = read(upper)
+                merged: dict[tuple[str, str], Item | Cached] = {
+                    (r.namespace, r.name): _stored(r) for r in rows}
+                for (_, ns, name), change in self.changelog.newest(
+                        query.rtype.id, query.namespace, cursor, upper):
+                    key = (ns, name)
+                    have = merged.get(key)
+                    if have is None or change.resource_version >= have.resource_version:
+                        merged[key] = change
+                if as_of is not None:
+                    await self._back_to(query, as_of, cursor, upper, merged)
+                for key in sorted(merged):
+                    entry = merged[key]
+                    if isinstance(entry, Item):
+                        yield entry
+                    elif entry.type != "DELETED" and query.matches(entry.head):
+                        yield Item(key[0], key[1], entry.resource_version, raw=entry.raw)
+                if exhausted:
+                    return
+                if not ahead:
+                    reading = read(upper)
+                cursor = upper
+        finally:
+            _abandon(reading)
 
     async def _back_to(self, query: ListQuery, rv: int, after: tuple[str, str] | None,
                        upto: tuple[str, str] | None,
