@@ -168,7 +168,10 @@ class ReportService:
             if token.resource_version < 0:  # continuing inconsistently, after a 410
                 list_rv = await self._sync(None, None)
             else:
-                await self.changelog.sync()
+                # served as of the token's version, which the cache has: no
+                # round trip to the log's end (a batch that ClickHouse has
+                # newer than the cache waits for it in _back_to)
+                await self.changelog.settled()
                 list_rv = token.resource_version
                 try:
                     snapshot = await self._as_of(query, list_rv, after)
