@@ -24,26 +24,24 @@ class Coalesced(Generic[K, V]):
         self._fetch = fetch
         self._parallel = parallel
         self._waiting: dict[K, list[asyncio.Future[V | None]]] = {}
-        #: fetchers running; each stops, and is counted out, in the step that
-        #: finds nothing waiting, so a read never waits with none to take it
-        self._running = 0
+        #: fetchers running; each leaves it in the step that finds nothing
+        #: waiting, so a read never waits with none to take it
         self._fetching: set[asyncio.Task[None]] = set()
 
     async def get(self, key: K) -> V | None:
         future: asyncio.Future[V | None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(key, []).append(future)
-        if self._running < self._parallel:
-            self._running += 1
-            task = asyncio.create_task(self._drain())
-            self._fetching.add(task)
-            task.add_done_callback(self._fetching.discard)
+        if len(self._fetching) < self._parallel:
+            self._fetching.add(asyncio.create_task(self._drain()))
         return await future
 
     async def _drain(self) -> None:
         try:
             await self._fetch_waiting()
         finally:
-            self._running -= 1
+            task = asyncio.current_task()
+            assert task is not None
+            self._fetching.discard(task)
 
     async def _fetch_waiting(self) -> None:
         while self._waiting:
