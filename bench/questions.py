@@ -1,4 +1,4 @@
-"""The analytics questions the benchmark asks: the README's ClickHouse SQL
+"""The analytics questions the benchmark asks: docs/analytics.md's ClickHouse SQL
 (a test keeps the two identical) and the same questions asked of the
 reference server's PostgreSQL schema, one JSONB document per report keyed by
 name, namespace and cluster."""

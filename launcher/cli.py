@@ -341,8 +341,8 @@ def _parser() -> argparse.ArgumentParser:
         " EphemeralReports, ClusterEphemeralReports, Reports, ClusterReports) between a"
         " cluster's CRDs and the store, keeping names, namespaces, labels, annotations,"
         " ownerReferences, finalizers and content. Pages through lists, may be run again"
-        " (nothing is duplicated), shows progress and ends with a summary. README:"
-        " \"Moving in and out\" gives the switch-over and the rollback step by step."))
+        " (nothing is duplicated), shows progress and ends with a summary. docs/migrate.md"
+        " gives the switch-over and the rollback step by step."))
     directions = migrate_parser.add_subparsers(dest="direction", required=True,
                                                metavar="DIRECTION")
     for direction, text, existing in (

@@ -16,18 +16,15 @@ import uvloop
 
 #: Collector thresholds of serving processes. A full collection walks every
 #: live object (millions once the caches hold thousands of parsed reports) and
-#: stops the process for 100-400 ms; with CPython's default (700, 10, 10) it ran
-#: every few seconds under load and set the write p99. Young generations keep
+#: stops the process meanwhile; with CPython's default (700, 10, 10) it ran
+#: every few seconds under load and set the write tail. Young generations keep
 #: their default; the oldest waits for a hundred times more of their runs.
 GC_THRESHOLDS = (700, 10, 1000)
 #: Seconds a thread holds the interpreter (the GIL) while another waits for
 #: it. The event loop's thread lets go of it at every TLS record, random
 #: read and poll; a thread of the process with Python work at that moment
-#: (the materializer encoding ClickHouse rows, 8% of the interpreter's time
-#: in `up` at 16 clients) then kept it for CPython's default 5 ms, and every
-#: request in flight waited. At 1 ms, the write p99 at 16 clients was 143-171
-#: ms in six 30-s runs against 178-198 in six alternating runs at 5 ms, the
-#: GET p99 60-68 against 65-100, writes/s the same.
+#: (the materializer encoding ClickHouse rows) then kept it for CPython's
+#: default 5 ms, and every request in flight waited (docs/performance.md).
 SWITCH_INTERVAL_S = 0.001
 
 

@@ -200,7 +200,7 @@ class Aggregator:
         # each key is written once a batch: every table write is a changelog
         # record, and a report often changes twice in a second (None: deleted)
         updated: dict[str, dict[str, Any] | str | None] = {}
-        turns = Turns()  # a second's changes would hold the event loop 100 ms
+        turns = Turns()  # a second's changes at once would hold the event loop
         for change, ts in batch:
             await turns.take()
             key = objects.object_key(*objects.identity(change.obj))

@@ -253,7 +253,7 @@ class CommitService:
             transaction_timeout_ms=int(self._settings.write_timeout * 1000),
             # a transaction's steps refused while Kafka still writes the last
             # one's markers (CONCURRENT_TRANSACTIONS) are retried after this,
-            # 100 ms by default: the slowest writes waited for it
+            # 100 ms by default, which the slowest writes waited for
             retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS, linger_ms=0,
             max_batch_size=kafka.MAX_BATCH_BYTES,
             max_request_size=kafka.MAX_REQUEST_BYTES, compression_type=kafka.COMPRESSION,

@@ -61,9 +61,8 @@ ISOLATION = "read_committed"
 #: coordinator answers CONCURRENT_TRANSACTIONS: it is still writing the last
 #: transaction's markers, which takes a millisecond or two here. aiokafka
 #: waits a fixed 20 ms (its BACKOFF_OVERRIDE, no setting; Kafka's Java client
-#: does the same), so every transaction begun right after another, which is
-#: every transaction of a busy committer, took 25 ms instead of 3 to 5
-#: (measured back to back on the embedded broker).
+#: does the same), which every transaction begun right after another, that is
+#: every transaction of a busy committer, would wait.
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.002
 aiokafka_sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
 

@@ -28,10 +28,8 @@ async def cancel(task: asyncio.Task[Any] | None) -> None:
 #: How long a turn of background work lasts. A write waits for about a dozen
 #: turns of the event loop (its request, the committer's three Kafka round
 #: trips, each answer and the futures they resolve), and each of those waits
-#: for whatever turns of background work are ready: with 20-ms turns the
-#: aggregation agent's batch, once a second, held every write in flight
-#: 200-250 ms. With 1 ms the write p99 at 16 clients went from 224-246 ms
-#: to 108 ms at the same rate (30-s runs of `up` alone).
+#: for whatever turns of background work are ready, so longer turns add to
+#: every write in flight.
 TURN_SECONDS = 0.001
 
 

@@ -1,7 +1,7 @@
 """README's commands, run as a user would: the walkthrough's console block
 (every ``$`` line, in order, in one shell, against a fresh ``up --data-dir
-./data``), the analytics endpoint's kubectl commands and the trend report.
-The README's SQL is run by tests/integration/test_analytics.py, its helm
+./data``), then docs/analytics.md's kubectl commands and trend report. The
+SQL of docs/analytics.md is run by tests/integration/test_analytics.py, README's helm
 install command by tests/integration/test_chart.py, its consumer example by
 tests/e2e/test_pipeline_recovery.py."""
 
@@ -18,12 +18,13 @@ from tests.e2e.conftest import Up
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+ANALYTICS = (ROOT / "docs" / "analytics.md").read_text()
 
 
-def section(title: str) -> str:
-    start = README.index(f"\n{title}\n")
-    end = re.compile(r"^#{1,3} ", re.M).search(README, start + len(title) + 2)
-    return README[start:end.start() if end else len(README)]
+def section(title: str, document: str = README) -> str:
+    start = document.index(f"\n{title}\n")
+    end = re.compile(r"^#{1,3} ", re.M).search(document, start + len(title) + 2)
+    return document[start:end.start() if end else len(document)]
 
 
 def blocks(text: str, language: str) -> list[str]:
@@ -43,10 +44,10 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
     started, *rest = blocks(walkthrough, "console")
     assert commands(started) == [".venv/bin/reports-pipeline up --data-dir ./data"]
     script = [c for block in rest for c in commands(block)]
-    analytics = blocks(section("## Analytics: ClickHouse SQL"), "sh")[0]
+    analytics = blocks(section("## ClickHouse SQL", ANALYTICS), "sh")[0]
     script += [line for line in analytics.splitlines() if line.strip()]
     script += [c.replace(".venv/bin/", "") for c in
-               commands(blocks(section("### Trend reports"), "console")[0])]
+               commands(blocks(section("## Trend reports", ANALYTICS), "console")[0])]
     assert any("apply -f bench/data/pss-restricted-report.yaml" in c for c in script)
     assert any("create --raw /analytics/v1/query" in c for c in script)
 

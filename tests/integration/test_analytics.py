@@ -1,4 +1,4 @@
-"""The README's analytics SQL and the trend command's query, run on embedded
+"""docs/analytics.md's SQL and the trend command's query, run on embedded
 chDB after real writes went through the pipeline."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.integration
 POLR = RESOURCES[0]
-README = Path(__file__).resolve().parents[2] / "README.md"
+ANALYTICS = Path(__file__).resolve().parents[2] / "docs" / "analytics.md"
 
 
-def readme_queries() -> dict[str, str]:
-    blocks = re.findall(r"```sql\n(.*?)```", README.read_text(), re.S)
+def documented_queries() -> dict[str, str]:
+    blocks = re.findall(r"```sql\n(.*?)```", ANALYTICS.read_text(), re.S)
     out = {}
     for block in blocks:
         m = re.match(r"-- name: (\S+)", block)
@@ -33,8 +33,8 @@ def readme_queries() -> dict[str, str]:
     return out
 
 
-def test_the_benchmark_asks_the_readme_questions() -> None:
-    assert questions.CLICKHOUSE == readme_queries()
+def test_the_benchmark_asks_the_documented_questions() -> None:
+    assert questions.CLICKHOUSE == documented_queries()
 
 
 def scored(name: str, ns: str, *, fail: int, severity: str, score: str | None) -> dict:  # type: ignore[type-arg]
@@ -61,7 +61,7 @@ class Store:
         pass  # the running system's store: it closes it
 
 
-async def test_readme_queries_answer_their_questions(start, make_settings) -> None:  # type: ignore[no-untyped-def]
+async def test_documented_queries_answer_their_questions(start, make_settings) -> None:  # type: ignore[no-untyped-def]
     running = await start(make_settings())
     api = running.client
     docs = [("web", "shop", 3, "high", "9.1"), ("db", "shop", 1, "critical", "5.0"),
@@ -78,7 +78,7 @@ async def test_readme_queries_answer_their_questions(start, make_settings) -> No
     assert put.status_code == 200
     last_rv = int(put.json()["metadata"]["resourceVersion"])
 
-    queries = readme_queries()
+    queries = documented_queries()
     assert set(queries) == {"failing-now", "daily-fails", "top-resources", "high-scores"}
     store = running.system.store
     def today_total(rows: list) -> int:  # type: ignore[type-arg]
@@ -143,7 +143,7 @@ async def test_daily_fails_carries_each_policy_last_total_forward(tmp_path: Path
         window("p", 40, 8, 9)  # before the 30 days asked about
         window("q", 2, 8, 7)
         await store.write_policy_totals_windows(rows)
-        _, daily = await store.analytics(readme_queries()["daily-fails"])
+        _, daily = await store.analytics(documented_queries()["daily-fails"])
     finally:
         await store.close()
     day = lambda n: (today - timedelta(days=n)).date()  # noqa: E731

@@ -27,7 +27,8 @@ def test_every_setting_is_documented() -> None:
     named = set(re.findall(r"REPORTS_[A-Z_]+[A-Z]", (root / "pipeline" / "settings.py")
                            .read_text()))
     readme = (root / "README.md").read_text()
-    documented = readme[readme.index("\n## Configuration\n"):readme.index("\n## Topics")]
+    documented = readme[readme.index("\n## Configuration\n"):
+                        readme.index("\n## Streaming consumers")]
     documented += (root / "docs" / "design.md").read_text().split("\n## Every setting\n")[1]
     listed = set(re.findall(r"`(REPORTS_[A-Z_]+[A-Z])`", documented))
     # `REPORTS_X` / `_Y` rows name two
