@@ -13,6 +13,7 @@ COPY launcher launcher
 COPY bench bench
 COPY dashboard dashboard
 COPY kubeclient kubeclient
+COPY reportsamples reportsamples
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # Run: the installed wheels only, as a user without privileges.

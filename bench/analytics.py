@@ -21,13 +21,14 @@ import psycopg
 
 from bench import questions
 from bench.postgres import Postgres
-from bench.workload import JSON, Resource, policy_report, random_failing
+from bench.workload import random_failing
 from dashboard import filters, views
 from dashboard.filters import Filters
 from pipeline.aggregate import counts as aggregate
 from pipeline.clickhouse.store import ReportStore
 from pipeline.model.messages import Change
 from pipeline.settings import Settings
+from reportsamples.reports import JSON, Resource, policy_report
 
 #: Policies given high severity in the generated data, so the "top resources
 #: with high or critical failures" question has something to find.

@@ -27,10 +27,11 @@ from bench.client import TABLE, Client
 from bench.figures import Report, percentile
 from bench.running import RunningSystem
 from bench.traffic import Driver, Run, closed_loop, open_loop, polr_collection
-from bench.workload import POLR_PATH, Mix, Resource, flip, resources
+from bench.workload import POLR_PATH, Mix, flip, resources
 from kubeclient import APIError
 from pipeline.settings import Settings
 from pipeline.worker import WINDOWS_KEPT
+from reportsamples.reports import Resource
 
 MB = 1024 * 1024
 

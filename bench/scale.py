@@ -38,7 +38,7 @@ from bench.figures import percentile
 from bench.runner import Memory, settle, watch_lag
 from bench.running import RunningSystem
 from bench.traffic import Driver, closed_loop, polr_collection
-from bench.workload import POLR_PATH, Mix, Resource, policy_report, random_failing
+from bench.workload import POLR_PATH, Mix, random_failing
 from kubeclient import APIConflictError, APIError
 from kubeclient.errors import api_error
 from pipeline.kafka import client as kafka
@@ -47,6 +47,7 @@ from pipeline.model.objects import now_rfc3339, object_key
 from pipeline.model.resources import by_id
 from pipeline.model.topics import PARTITION
 from pipeline.settings import Settings
+from reportsamples.reports import Resource, policy_report
 
 MB = 1024 * 1024
 REPORT = by_id("policyreports.wgpolicyk8s.io")

@@ -23,8 +23,8 @@ from bench.client import Client
 from bench.figures import Figure, Report, number, percentile
 from bench.soak import cpu_seconds
 from bench.traffic import Driver, Run, closed_loop, polr_collection
-from bench.workload import Resource
 from kubeclient import APIConflictError, APINotFoundError
+from reportsamples.reports import Resource
 
 MiB = 1024 * 1024
 PAGE = 500

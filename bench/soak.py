@@ -23,8 +23,8 @@ import psutil
 
 from bench.figures import Report, percentile
 from bench.traffic import Driver, Run, closed_loop
-from bench.workload import Resource
 from kubeclient import KubeClientError
+from reportsamples.reports import Resource
 
 MB = 1024 * 1024
 MINUTE = 60.0

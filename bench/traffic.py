@@ -18,17 +18,9 @@ from dataclasses import dataclass, field
 import orjson
 
 from bench.client import Client
-from bench.workload import (
-    EPHR_PATH,
-    POLR_PATH,
-    Mix,
-    Resource,
-    ephemeral_report,
-    flip,
-    policy_report,
-    random_failing,
-)
+from bench.workload import EPHR_PATH, POLR_PATH, Mix, flip, random_failing
 from kubeclient import APIError
+from reportsamples.reports import Resource, ephemeral_report, policy_report
 
 WRITES = ("create", "merge", "delete", "update")
 #: (resource, new resourceVersion, when the request was sent)

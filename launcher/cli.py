@@ -47,7 +47,7 @@ from bench.runner import run as bench_run
 from bench.runner import write_json
 from bench.scale import Options as ScaleOptions
 from bench.sidebyside import table as side_by_side_table
-from bench.workload import Mix, ephemeral_report, policy_report, resources
+from bench.workload import Mix, resources
 from kubeclient import ConfigError, KubeClientError, target
 from launcher import demo, migrate
 from launcher.broker import BrokerError
@@ -74,6 +74,7 @@ from launcher.trends import (
 from pipeline.model.resources import by_id
 from pipeline.runtime import memory
 from pipeline.settings import Settings
+from reportsamples.reports import ephemeral_report, policy_report
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """``reports-pipeline demo``: a fresh data directory given weeks of history,
 then the whole system on it as ``up`` runs it.
 
-The history (bench.history: Kyverno's PolicyReports of a few teams' Pods,
+The history (reportsamples.history: Kyverno's PolicyReports of a few teams' Pods,
 failures appearing and being fixed) is decided by the committer's own
 ``decide`` and appended to the embedded broker's change log as the committer
 would have committed it, each change stamped with its time in the past. When
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.history import history
 from launcher.broker import KafkaBroker
 from pipeline.commit.decision import current_after, decide
 from pipeline.kafka import client as kafka
@@ -28,6 +27,7 @@ from pipeline.model.messages import Change, WriteRequest
 from pipeline.model.resources import by_id
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Current
 from pipeline.settings import Settings
+from reportsamples.history import history
 
 REPORT = by_id("policyreports.wgpolicyk8s.io")
 

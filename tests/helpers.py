@@ -1,19 +1,17 @@
 """Report objects for tests, built from the realistic sample report the
-repository carries (``bench/data``: the Pod Security Standards "restricted"
+repository carries (``reportsamples/data``: the Pod Security Standards "restricted"
 results of one Pod, as Kyverno writes them)."""
 
 from __future__ import annotations
 
 import copy
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from pipeline.model.resources import ResourceType
-
-SAMPLE = Path(__file__).resolve().parents[1] / "bench" / "data" / "pss-restricted-report.yaml"
+from reportsamples.reports import SAMPLE
 
 
 @cache

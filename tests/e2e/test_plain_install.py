@@ -85,7 +85,7 @@ def test_readmes_first_command_on_a_fresh_clone(tmp_path: Path) -> None:
         up.wait_ready()
         export, apply, get = walkthrough_start()
         assert export.startswith("export KUBECONFIG=") and "PATH=$PWD/.venv/bin" in export
-        assert apply == "kubectl apply -f bench/data/pss-restricted-report.yaml"
+        assert apply == "kubectl apply -f reportsamples/data/pss-restricted-report.yaml"
         shell = ["bash", "-c", f"set -e; {export}; command -v kubectl; {apply}; {get}"]
         done = subprocess.run(shell, cwd=clone, env=env, capture_output=True, text=True,
                               timeout=120)

@@ -38,7 +38,7 @@ def commands(block: str) -> list[str]:
 def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
     # a working directory like a clone's: the venv and the repository's files
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
-    for name in ("bench", "examples"):
+    for name in ("reportsamples", "examples"):
         (tmp_path / name).symlink_to(ROOT / name)
     walkthrough = section("## Walkthrough")
     started, *rest = blocks(walkthrough, "console")
@@ -48,7 +48,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
     script += [line for line in analytics.splitlines() if line.strip()]
     script += [c.replace(".venv/bin/", "") for c in
                commands(blocks(section("## Trend reports", ANALYTICS), "console")[0])]
-    assert any("apply -f bench/data/pss-restricted-report.yaml" in c for c in script)
+    assert any("apply -f reportsamples/data/pss-restricted-report.yaml" in c for c in script)
     assert any("create --raw /analytics/v1/query" in c for c in script)
 
     up = Up(tmp_path / "data", {"REPORTS_TOPIC_PREFIX": "reports"})

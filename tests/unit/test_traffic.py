@@ -11,7 +11,7 @@ import gc
 import pytest
 
 from bench.traffic import Run, closed_loop, open_loop
-from bench.workload import Resource
+from reportsamples.reports import Resource
 
 #: resources the recording driver never looks at
 POOL: list[Resource] = [object()]  # type: ignore[list-item]

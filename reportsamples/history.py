@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from bench.workload import JSON, Resource, policy_report, sample_results
+from reportsamples.reports import JSON, Resource, policy_report, sample_results
 
 TEAMS = ("payments", "checkout", "catalog", "search", "identity", "monitoring")
 APPS = ("api", "web", "worker", "cache", "gateway")
