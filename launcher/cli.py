@@ -21,39 +21,18 @@ import argparse
 import asyncio
 import logging
 import os
-import random
 import secrets
-import shutil
-import signal
-import statistics
 import sys
-import tempfile
 import textwrap
-import time
-from collections.abc import Coroutine
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import orjson
-
-from apiserver import schema
 from apiserver.authn import RequestHeaders
-from bench import faults as bench_faults
-from bench import scale as bench_scale
-from bench.figures import Report
-from bench.runner import Options as BenchOptions
-from bench.runner import run as bench_run
-from bench.runner import write_json
-from bench.scale import Options as ScaleOptions
-from bench.sidebyside import table as side_by_side_table
-from bench.workload import Mix, resources
-from kubeclient import ConfigError, KubeClientError, target
-from launcher import demo, migrate
+from kubeclient import ConfigError, target
+from launcher import commands, demo, migrate
 from launcher.broker import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.incluster import ClusterError, cluster_from_env
-from launcher.kafkacluster import KafkaCluster
 from launcher.serving import serve
 from launcher.system import (
     AlreadyRunning,
@@ -71,12 +50,8 @@ from launcher.trends import (
     parse_duration,
     run_trends,
 )
-from pipeline.model.resources import by_id
 from pipeline.runtime import memory
 from pipeline.settings import Settings
-from reportsamples.reports import ephemeral_report, policy_report
-
-T = TypeVar("T")
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -383,255 +358,18 @@ def _parser() -> argparse.ArgumentParser:
                                  help="first give the report groups back to the CRDs"
                                       " (delete the store's APIServices)")
 
-    bench = sub.add_parser(
-        "bench", help="measure the system (throughput, latency, soak, analytics)",
-        formatter_class=_Help,
-        description=_about("The benchmark: starts a fresh `up`, drives Kyverno-shaped traffic"
-        " through its frontend (throughput, latency, watches, LIST, a sustained soak)"
-        " and compares the analytics questions with a PostgreSQL JSONB baseline. Prints"
-        " a table of figures against their targets and writes them as JSON."))
-    defaults = BenchOptions()
-    bench.add_argument("--quick", action="store_true",
-                       help="a smaller run that finishes in a few minutes")
-    for name, kind, text in (
-            ("resources", int, "Pods with a PolicyReport that the traffic writes"),
-            ("namespaces", int, "namespaces the workload's Pods are spread over"),
-            ("list-size", int, "reports in the namespace that is listed"),
-            ("concurrency", int, "clients of the throughput phases (the more of the two"
-             " compared side by side)"),
-            ("few-clients", int, "the fewer clients of the phases compared side by side"),
-            ("duration", float, "seconds of the throughput phase"),
-            ("rate", float, "offered writes/s of the latency phase"),
-            ("low-rate", float, "offered writes/s of a second latency phase, below capacity"),
-            ("latency-duration", float, "seconds of the latency phase"),
-            ("watchers", int, "concurrent watches of the watch phase"),
-            ("watch-rate", float, "writes/s during the watch phase"),
-            ("watch-duration", float, "seconds of the watch phase"),
-            ("analytics-reports", int, "reports loaded for the analytics comparison"),
-            ("mix", str, "traffic proportions, e.g. admission=50,background=40,read=10"),
-            ("seed", int, "random seed of the workload"),
-            ("soak-minutes", float, "minutes of the sustained phase at each number of"
-             " clients (0: none)"),
-            ("baseline-soak-minutes", float, "minutes of the etcd-CRD baseline's (and"
-             " --against's) sustained phase (default: --soak-minutes, 5 at most)")):
-        field = name.replace("-", "_")
-        bench.add_argument(f"--{name}", type=kind, default=None,
-                           help=f"{text} (default {getattr(defaults, field)};"
-                                f" --quick: {getattr(BenchOptions.quick(), field)})")
-    bench.add_argument("--no-baseline", dest="baseline", action="store_false", default=None,
-                       help="do not measure the etcd-CRD baseline (kube-apiserver and etcd,"
-                            " built from their Go modules on first use)")
-    bench.add_argument("--against", type=Path, metavar="KUBECONFIG",
-                       help="also drive the compared phases against the Kubernetes API of"
-                            " this kubeconfig (a column of its own beside the baseline)")
-    bench.add_argument("--data-dir", type=Path,
-                       help="keep the system's, the baseline's and PostgreSQL's data here"
-                            " (default: a temporary directory, removed afterwards)")
-    bench.add_argument("--output", type=Path, default=Path("bench-results.json"),
-                       help="where the figures are written as JSON")
-    bench.add_argument("--kafka-brokers", type=int, default=0, metavar="N",
-                       help="instead: start a Kafka cluster of N KRaft nodes on loopback"
-                            " (production defaults: 3 replicas, 2 in sync), run `up` against"
-                            " it and break its brokers under load, one fault after another"
-                            " (--faults); print each fault's outage, p99 and errors")
-    bench.add_argument("--faults", default=",".join(bench_faults.FAULTS),
-                       help="the faults of --kafka-brokers, in order (default: all)")
-    bench.add_argument("--fault-seconds", type=float, default=30.0,
-                       help="seconds of load before each fault and after it is over")
-    scale = ScaleOptions(sizes=())
-    bench.add_argument("--scale", metavar="N,N,...",
-                       help="instead: fill one `up` to each number of reports in turn (the"
-                            " bulk on a fast path through the committer) and print a row per"
-                            " size: create rate, GET, LIST of everything, memory, restart,"
-                            " disk, analytics against PostgreSQL JSONB, watch lag (--watchers,"
-                            f" default {scale.watchers} here; --watch-rate, default"
-                            f" {scale.watch_rate:g}; --watch-duration, default"
-                            f" {scale.watch_seconds:g}; --namespaces, default"
-                            f" {scale.namespaces}; --few-clients, the creating and reading"
-                            f" clients, default {scale.clients})")
-    bench.add_argument("--scale-apis", default="system,etcd", metavar="API,...",
-                       help="with --scale: whose rows, this system's (system) and etcd CRDs'"
-                            " (etcd; --no-baseline leaves them out)")
-    bench.add_argument("--scale-creates", type=int, default=scale.creates, metavar="N",
-                       help="with --scale: creates through the API at each size, whose rate"
-                            " is the size's")
-    bench.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
-                       help="a broker setting of --kafka-brokers' nodes on top of Kafka's"
-                            " defaults and production's, for example"
-                            " broker.session.timeout.ms=4500 (repeatable)")
+    # the commands of installed entry points (the benchmark): found, not imported
+    for name, found in commands.discovered().items():
+        if isinstance(found, commands.Unavailable):
+            # every word after its name is its own, none an option of this parser
+            extra = sub.add_parser(name, help=found.help, add_help=False, prefix_chars="\0")
+        else:
+            extra = sub.add_parser(name, help=found.help, formatter_class=_Help,
+                                   description=_about(found.description))
+        found.configure(extra)
+        extra.set_defaults(extra_command=found)
+
     return parser
-
-
-def _bench_faults(args: argparse.Namespace) -> int:
-    """``bench --kafka-brokers N``: the fault phases against a cluster this
-    process starts and stops."""
-    names = [n.strip() for n in args.faults.split(",") if n.strip()]
-    unknown = [n for n in names if n not in bench_faults.FAULTS]
-    if unknown or args.kafka_brokers < 3:
-        print(f"reports-pipeline bench: --faults: unknown {', '.join(unknown)} (known:"
-              f" {', '.join(bench_faults.FAULTS)})" if unknown else
-              "reports-pipeline bench: --kafka-brokers needs 3 nodes or more", file=sys.stderr)
-        return 2
-    config = dict(item.partition("=")[::2] for item in args.kafka_config)
-    if any(not k or not v for k, v in config.items()):
-        print("reports-pipeline bench: --kafka-config takes KEY=VALUE", file=sys.stderr)
-        return 2
-    base = args.data_dir or Path(tempfile.mkdtemp(prefix="reports-faults-"))
-
-    async def faults() -> Report:
-        cluster = KafkaCluster(base / "kafka", nodes=args.kafka_brokers, config=config,
-                               progress=_progress_line)
-        await cluster.start()
-        if config:
-            print("-- broker settings: " + ", ".join(f"{k}={v}" for k, v in config.items()),
-                  flush=True)
-        try:
-            return await bench_faults.run(
-                cluster, base / "system", names, before=args.fault_seconds,
-                after=args.fault_seconds, progress=_progress_line)
-        finally:
-            await cluster.stop()
-
-    try:
-        report = asyncio.run(_stopped_by_sigterm(faults()))
-    except (OSError, RuntimeError, KubeClientError) as err:
-        print(f"reports-pipeline bench: {err}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("reports-pipeline bench: stopped", file=sys.stderr)
-        return 130
-    finally:
-        if args.data_dir is None:
-            shutil.rmtree(base, ignore_errors=True)
-    print(report.table())
-    written = write_json(report, args.output)
-    print("figures written to " + " and ".join(str(p) for p in written))
-    return 0
-
-
-def _bench_scale(args: argparse.Namespace) -> int:
-    """``bench --scale N,N,...``: a row of figures per number of reports."""
-    try:
-        sizes = tuple(int(n.replace("_", "")) for n in args.scale.split(",") if n.strip())
-    except ValueError:
-        sizes = ()
-    apis = {a.strip() for a in args.scale_apis.split(",") if a.strip()}
-    if not apis or apis - {"system", "etcd"}:
-        print("reports-pipeline bench: --scale-apis takes system, etcd or both",
-              file=sys.stderr)
-        return 2
-    if not sizes or min(sizes) < args.scale_creates or args.scale_creates < 1:
-        print("reports-pipeline bench: --scale takes numbers of reports, each at least"
-              f" --scale-creates ({args.scale_creates}), e.g. 10000,100000,1000000",
-              file=sys.stderr)
-        return 2
-    given = {"watchers": args.watchers, "watch_rate": args.watch_rate,
-             "watch_seconds": args.watch_duration, "namespaces": args.namespaces,
-             "clients": args.few_clients, "seed": args.seed, "data_dir": args.data_dir,
-             "baseline": "etcd" in apis and args.baseline is not False,
-             "system": "system" in apis}
-    options = replace(ScaleOptions(sizes=sizes, creates=args.scale_creates),
-                      **{k: v for k, v in given.items() if v is not None})
-    rows, code = _run_bench(bench_scale.run(options, progress=_progress_line))
-    if rows is None:
-        return code
-    for name, api_rows in rows.items():
-        print(f"\n{name.upper()}\n" + bench_scale.table(api_rows))
-        for row in api_rows:
-            print(f"\n{name}, {row.size:,} reports:\n"
-                  + "\n".join(f"  {n}" for n in row.notes))
-        print(f"\n{name}: " + bench_scale.verdicts(api_rows))
-    args.output.write_bytes(orjson.dumps(bench_scale.to_json(options, rows),
-                                         option=orjson.OPT_INDENT_2))
-    print(f"figures written to {args.output}")
-    return 0
-
-
-def _bench(args: argparse.Namespace) -> int:
-    if args.kafka_brokers:
-        return _bench_faults(args)
-    if args.scale:
-        return _bench_scale(args)
-    options = BenchOptions.quick() if args.quick else BenchOptions()
-    overrides = {k: v for k, v in vars(args).items()
-                 if k in BenchOptions.__dataclass_fields__ and v is not None}
-    try:
-        options = replace(options, **overrides)
-        Mix.parse(options.mix)
-        if args.data_dir is not None:
-            try:
-                args.data_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise OSError(f"cannot use --data-dir {args.data_dir}:"
-                              f" {err.strerror or err}") from err
-        if options.against is not None and not options.against.is_file():
-            raise ValueError(f"--against {options.against}: no such kubeconfig")
-    except (ValueError, OSError) as err:
-        print(f"reports-pipeline bench: {err}", file=sys.stderr)
-        return 1
-    report, code = _run_bench(bench_run(options, progress=_progress_line))
-    if report is None:
-        return code
-    _validation_cost(report)
-    print(report.table())
-    compared = side_by_side_table(report)
-    if compared:
-        print("\nSide by side (ratio: this system over etcd CRDs, in the same run):")
-        print(compared)
-    written = write_json(report, args.output)
-    print("figures written to " + " and ".join(str(p) for p in written))
-    return 0
-
-
-def _progress_line(message: str) -> None:
-    print(f"-- {message}", flush=True)
-
-
-def _run_bench(main: Coroutine[Any, Any, T]) -> tuple[T | None, int]:
-    """``main``'s result, or None and the exit code of its failure, said in
-    one line."""
-    try:
-        return asyncio.run(_stopped_by_sigterm(main)), 0
-    except (ValueError, OSError, RuntimeError) as err:
-        print(f"reports-pipeline bench: {err}", file=sys.stderr)
-    except KubeClientError as err:
-        print(f"reports-pipeline bench: a request failed: {err}", file=sys.stderr)
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        # everything the run started was stopped on its way out
-        print("reports-pipeline bench: stopped", file=sys.stderr)
-        return None, 130
-    return None, 1
-
-
-async def _stopped_by_sigterm(main: Coroutine[Any, Any, T]) -> T:
-    """``main``, cancelled by SIGTERM as Ctrl-C cancels it: every process it
-    started is stopped by its cleanup rather than left running."""
-    task = asyncio.current_task()
-    assert task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    return await main
-
-
-def _validation_cost(report: Report, runs: int = 5, each: int = 1000) -> None:
-    """What the frontend's schema validation costs a write: the workload's
-    PolicyReport and EphemeralReport validated in this process (the frontend
-    does the same work on its event loop for every create, update and patch)."""
-    rng = random.Random(1)
-    [pod] = resources(1, 1, prefix="cost", rng=rng)
-    now = int(time.time())
-    bodies = [(by_id("policyreports.wgpolicyk8s.io"), policy_report(pod, now)),
-              (by_id("ephemeralreports.reports.kyverno.io"), ephemeral_report(pod, now))]
-    for rtype, body in bodies:
-        assert not schema.causes(rtype, body)
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        for _ in range(each):
-            for rtype, body in bodies:
-                schema.causes(rtype, body)
-        times.append((time.perf_counter() - started) / (each * len(bodies)))
-    report.add("schema validation per write", statistics.median(times) * 1e6, "us",
-               note=f"the workload's reports, median of {runs} x {each * len(bodies)}")
 
 
 def _trends(args: argparse.Namespace, settings: Settings) -> int:
@@ -743,8 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "trends":
         return _trends(args, settings)
-    if args.command == "bench":
-        return _bench(args)
+    extra: commands.Command | None = getattr(args, "extra_command", None)
+    if extra is not None:
+        return extra.run(args)
     if args.command == "dashboard":
         return _dashboard(args, settings)
     if args.command == "migrate":

@@ -269,3 +269,26 @@ def test_a_demo_against_servers_of_its_own(tmp_path: Path) -> None:
     assert one_line(done.stderr) == (
         "reports-pipeline demo: the demo fills the embedded broker and ClickHouse of a data"
         " directory: unset KAFKA_BOOTSTRAP and CLICKHOUSE_URL")
+
+
+def without_the_bench_extra(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command as in an install without the ``bench`` extra (no psycopg)."""
+    code = ("import sys; sys.modules['psycopg'] = None\n"
+            "from launcher.cli import main; sys.exit(main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("argv", [["bench"], ["bench", "--quick", "--data-dir", "d"],
+                                  ["bench", "--help"]])
+def test_a_bench_without_its_extra_says_what_to_install(argv: list[str]) -> None:
+    done = without_the_bench_extra(*argv)
+    assert done.returncode == 1
+    assert one_line(done.stderr) == ("reports-pipeline bench: needs the bench extra (psycopg"
+                                     " is not installed): pip install -e '.[bench]'")
+
+
+def test_the_help_lists_the_bench_without_its_extra() -> None:
+    done = without_the_bench_extra("--help")
+    assert done.returncode == 0
+    assert "bench               (not installed: pip install -e '.[bench]')" in done.stdout
