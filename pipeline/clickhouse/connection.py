@@ -94,7 +94,9 @@ def chdb_caches(megabytes: int) -> dict[str, str]:
 
 class Connection:
     """ClickHouse reached from a pool of threads, a client per thread; every
-    client made here is closed by ``close``."""
+    client made here is closed by ``close``. Making one connects nothing (a
+    thread's client is made by its first query), so a part built on it
+    costs nothing until used."""
 
     def __init__(self, settings: Settings, *, data_dir: Path | None = None, threads: int = 4):
         self.settings = settings
