@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from apiserver.errors import BadRequest, Timeout, Unavailable
-from pipeline.clickhouse.store import AnalyticsTimeout, QueryError, ReportStore, StoreError
+from pipeline.clickhouse.analytics import AnalyticsQueries, AnalyticsTimeout, QueryError
+from pipeline.clickhouse.connection import StoreError
 
 PATH = "/analytics/v1/query"
 #: how often a running query checks that its client is still there
@@ -25,7 +26,7 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-def endpoint(store: ReportStore) -> Any:
+def endpoint(store: AnalyticsQueries) -> Any:
     async def query(request: Request) -> Response:
         try:
             body = orjson.loads(await request.body())

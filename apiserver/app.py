@@ -48,7 +48,7 @@ from apiserver.instrumentation import Instrumented
 from apiserver.responses import error_response, json_response, metrics_page
 from apiserver.selectors import parse_field_selector, parse_label_selector
 from apiserver.service import Item, ListQuery, ListResult, ReportService, Written, as_json
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.model import managedfields
 from pipeline.model.resources import ResourceType, by_path
 from pipeline.settings import Settings
@@ -437,7 +437,7 @@ class Access:
 
 
 def create_app(service: ReportService, settings: Settings, *, token: str | None = None,
-               store: ReportStore | None = None, access: Access | None = None) -> ASGIApp:
+               store: AnalyticsQueries | None = None, access: Access | None = None) -> ASGIApp:
     handlers = Handlers(service, settings)
 
     def aggregated_response(request: Request, body: bytes, etag: str) -> Response:

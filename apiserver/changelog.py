@@ -24,7 +24,7 @@ from aiokafka.errors import KafkaError
 from sortedcontainers import SortedDict
 
 from apiserver.errors import Unavailable
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.progress import ProgressReads
 from pipeline.kafka import client as kafka
 from pipeline.kafka.published import Published, reader_of
 from pipeline.model.messages import Change
@@ -145,7 +145,7 @@ class Watchers:
 
 
 class ChangeLog:
-    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str,
+    def __init__(self, settings: Settings, store: ProgressReads, *, bootstrap: str,
                  published: Published | None = None):
         self._settings = settings
         self._store = store

@@ -18,7 +18,8 @@ from apiserver.changelog import Cached, ChangeLog, Expired
 from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, Timeout, Unavailable
 from apiserver.selectors import FieldSelector, LabelSelector
 from apiserver.writes import Writer
-from pipeline.clickhouse.store import ReportStore, StoredObject, StoreError
+from pipeline.clickhouse.connection import StoreError
+from pipeline.clickhouse.reads import ObjectReads, StoredObject
 from pipeline.model.objects import now_rfc3339
 from pipeline.model.resources import ResourceType
 from pipeline.observe import metrics
@@ -99,7 +100,7 @@ def _stored(row: StoredObject) -> Item:
 
 
 class ReportService:
-    def __init__(self, *, store: ReportStore, changelog: ChangeLog, writer: Writer):
+    def __init__(self, *, store: ObjectReads, changelog: ChangeLog, writer: Writer):
         self._store = store
         self.changelog = changelog
         self._writer = writer

@@ -25,7 +25,10 @@ from bench.workload import random_failing
 from dashboard import filters, views
 from dashboard.filters import Filters
 from pipeline.aggregate import counts as aggregate
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.aggregates import AggregateWrites
+from pipeline.clickhouse.analytics import AnalyticsQueries
+from pipeline.clickhouse.changes import ChangeWrites
+from pipeline.clickhouse.connection import Connection
 from pipeline.model.messages import Change
 from pipeline.settings import Settings
 from reportsamples.reports import JSON, Resource, policy_report
@@ -168,11 +171,12 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
     settings = Settings.from_env({}, database="bench_analytics")
 
     progress(f"analytics: loading {reports} reports into ClickHouse")
-    store = ReportStore(settings, data_dir=base / "clickhouse")
-    await store.start()
+    clickhouse = Connection(settings, data_dir=base / "clickhouse")
+    await clickhouse.start()
+    store = AnalyticsQueries(clickhouse)
     try:
         started = time.perf_counter()
-        await load(store, generate(reports, seed=seed, now=now), settings.cluster)
+        await load(clickhouse, generate(reports, seed=seed, now=now), settings.cluster)
         ch_load = time.perf_counter() - started
         ch_bytes = int((await store.analytics(
             "SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database ="
@@ -211,43 +215,45 @@ async def compare(base: Path, *, reports: int, runs: int, seed: int = 7,
         pages = await _time_pages(store, runs, now=now.timestamp())
     finally:
         await store.close()
+        await clickhouse.close()
     return Comparison(reports, reports * 19, raw_bytes, ch_load, pg_load, ch_bytes,
                       pg_bytes, results, pages)
 
 
-async def load(store: ReportStore, data: Iterable[tuple[JSON, datetime]], cluster: str, *,
+async def load(clickhouse: Connection, data: Iterable[tuple[JSON, datetime]], cluster: str, *,
                batch: int = 10_000) -> None:
     """Generated reports, in time order, into ClickHouse as the pipeline
     writes them: each version materialized on the day it was written (in
     batches of at most ``batch``), the counts, and daily windows per
     namespace and policy and per policy."""
     trends = _Trends(cluster)
+    writes, aggregates = ChangeWrites(clickhouse), AggregateWrites(clickhouse)
     changes: list[Change] = []
     day: datetime | None = None
     for obj, when in data:
         start = when.replace(hour=0, minute=0, second=0, microsecond=0)
         if changes and (start != day or len(changes) >= batch):
-            await store.write_changes(changes, topic="bench", partition=0, offset=0,
-                                      committed=day)
+            await writes.write_changes(changes, topic="bench", partition=0, offset=0,
+                                       committed=day)
             changes = []
         day = start
         trends.add(obj, when)
         changes.append(Change("ADDED", obj, int(obj["metadata"]["resourceVersion"])))
     if changes:
-        await store.write_changes(changes, topic="bench", partition=0, offset=0, committed=day)
+        await writes.write_changes(changes, topic="bench", partition=0, offset=0, committed=day)
     rows = trends.rows()
-    await store.write_policy_counts(rows.counts)
-    await store.write_policy_windows(rows.windows)
-    await store.write_policy_totals_windows(rows.totals)
-    await store.run(lambda c: [c.command(f"OPTIMIZE TABLE {t} FINAL")
-                               for t in ("reports", "results", "policy_counts",
-                                         "policy_windows", "policy_totals_windows")])
+    await aggregates.write_policy_counts(rows.counts)
+    await aggregates.write_policy_windows(rows.windows)
+    await aggregates.write_policy_totals_windows(rows.totals)
+    await clickhouse.run(lambda c: [c.command(f"OPTIMIZE TABLE {t} FINAL")
+                                    for t in ("reports", "results", "policy_counts",
+                                              "policy_windows", "policy_totals_windows")])
 
 
 class _StoreSource:
     """The dashboard's source on the bench's store (its analytics queries)."""
 
-    def __init__(self, store: ReportStore):
+    def __init__(self, store: AnalyticsQueries):
         self._store = store
 
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str],
@@ -255,7 +261,7 @@ class _StoreSource:
         return await self._store.analytics(sql, parameters)
 
 
-async def _time_pages(store: ReportStore, runs: int, *, now: float) -> list[tuple[str, float]]:
+async def _time_pages(store: AnalyticsQueries, runs: int, *, now: float) -> list[tuple[str, float]]:
     """Each dashboard view over the data set (its queries, concurrently, and
     its HTML): the median of ``runs``, after one warm-up."""
     source = _StoreSource(store)

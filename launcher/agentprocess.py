@@ -32,7 +32,8 @@ from typing import Any
 
 from launcher.serving import serve
 from pipeline.aggregate.agent import AggregateStore
-from pipeline.clickhouse.store import StoredObject, StoreError
+from pipeline.clickhouse.connection import StoreError
+from pipeline.clickhouse.reads import StoredObject
 from pipeline.kafka import retries
 from pipeline.runtime import memory
 from pipeline.runtime.processes import die_with_parent

@@ -47,7 +47,13 @@ from launcher.agentprocess import AgentProcess, AgentStartError
 from launcher.broker import BrokerError, KafkaBroker
 from launcher.incluster import ClusterError, front_proxy_ca, keep_trusting
 from launcher.kubeapi import Reviews
-from pipeline.clickhouse.store import ReportStore, StoreError, redacted
+from pipeline.clickhouse.aggregates import AggregateWrites
+from pipeline.clickhouse.analytics import AnalyticsQueries
+from pipeline.clickhouse.changes import ChangeWrites
+from pipeline.clickhouse.connection import Connection, StoreError, redacted
+from pipeline.clickhouse.progress import ProgressReads
+from pipeline.clickhouse.reads import ObjectReads
+from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.service import CommitService
 from pipeline.kafka import client as kafka
 from pipeline.kafka import retries
@@ -205,7 +211,12 @@ class System:
         self.bootstrap = settings.kafka_bootstrap
         self.token = ""
         self.app: ASGIApp | None = None
-        self.store: ReportStore | None = None
+        #: ClickHouse, and the parts of it each user is given
+        self.clickhouse: Connection | None = None
+        self.progress: ProgressReads | None = None
+        self.reads: ObjectReads | None = None
+        self.analytics: AnalyticsQueries | None = None
+        self.aggregates: AggregateWrites | None = None
         self.broker: KafkaBroker | None = None
         self.committer: CommitService | None = None
         self.agent: AgentProcess | None = None
@@ -229,9 +240,14 @@ class System:
                                    name="malloc-trim")
         self._on_stop("the memory trimmer", lambda: cancel(trim))
         # ClickHouse first: it is the quicker to find unreachable
-        self.store = store = ReportStore(settings, data_dir=self.data_dir)
-        self._on_stop("ClickHouse", store.close)
-        await store.start()
+        self.clickhouse = clickhouse = Connection(settings, data_dir=self.data_dir)
+        self._on_stop("ClickHouse", clickhouse.close)
+        await clickhouse.start()
+        self.progress = progress = ProgressReads(clickhouse)
+        self.reads = reads = ObjectReads(clickhouse)
+        self._on_stop("the reads of objects", reads.close)
+        self.analytics = analytics = AnalyticsQueries(clickhouse)
+        self._on_stop("the analytics queries", analytics.close)
 
         if not self.bootstrap:
             broker = KafkaBroker(self.data_dir / "kafka", heap=settings.kafka_heap,
@@ -250,25 +266,27 @@ class System:
         published = Published()
 
         if worker:
-            self.agent = AgentProcess(settings, store, bootstrap=self.bootstrap,
+            self.aggregates = AggregateWrites(clickhouse)
+            self.agent = AgentProcess(settings, self.aggregates, bootstrap=self.bootstrap,
                                       data_dir=self.data_dir)
             await self.agent.start()
             self._on_stop("the aggregation agent", self.agent.stop)
-            self.committer = CommitService(
-                settings, build_committer(settings, store, bootstrap=self.bootstrap),
-                bootstrap=self.bootstrap, published=published)
+            committer = build_committer(settings, CommitterQueries(clickhouse),
+                                        bootstrap=self.bootstrap)
+            self.committer = CommitService(settings, committer, bootstrap=self.bootstrap,
+                                           published=published)
             await self.committer.start()
             self._on_stop("the committer", self.committer.stop)
-            materializer = Materializer(settings, store, bootstrap=self.bootstrap,
-                                        published=published)
+            materializer = Materializer(settings, ChangeWrites(clickhouse),
+                                        bootstrap=self.bootstrap, published=published)
             await materializer.start()
             self._on_stop("the materializer", materializer.stop)
-            lag = LagMonitor(settings, store, bootstrap=self.bootstrap)
+            lag = LagMonitor(settings, progress, clickhouse=clickhouse, bootstrap=self.bootstrap)
             await lag.start()
             self._on_stop("the lag monitor", lag.stop)
         if not frontend:
             return
-        self.changelog = changelog = ChangeLog(settings, store, bootstrap=self.bootstrap,
+        self.changelog = changelog = ChangeLog(settings, progress, bootstrap=self.bootstrap,
                                                published=published)
         await changelog.start()
         self._on_stop("the change-log cache", changelog.stop)
@@ -278,13 +296,13 @@ class System:
         await writer.start()
         self._on_stop("the request writer", writer.stop)
 
-        service = ReportService(store=store, changelog=changelog, writer=writer)
+        service = ReportService(store=reads, changelog=changelog, writer=writer)
         if token:
             self.token = ensure_token(self.data_dir / "tls")
         # without a token of its own, the frontend trusts the front-proxy's headers
         default = Access(request_headers=None if token else RequestHeaders())
         access = replace(self._access or default, token=self.token or None)
-        self.app = create_app(service, settings, store=store, access=access)
+        self.app = create_app(service, settings, store=analytics, access=access)
 
     async def stop(self) -> None:
         await self._stack.aclose()

@@ -23,7 +23,8 @@ from dashboard.filters import Filters, Span
 from dashboard.pages import stamp
 from dashboard.series import Series, build, ranked
 from kubeclient import APIError, Client, ConfigError, ConnectionFailed, target
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.analytics import AnalyticsQueries
+from pipeline.clickhouse.connection import Connection
 from pipeline.settings import Settings
 
 Rows = list[tuple[Any, ...]]
@@ -51,16 +52,18 @@ class ServerAnalytics:
     """A ClickHouse server, reached directly (read-only session)."""
 
     def __init__(self, settings: Settings, threads: int = 1):
-        self._store = ReportStore(settings, threads=threads)
+        self._clickhouse = Connection(settings, threads=threads)
+        self._analytics = AnalyticsQueries(self._clickhouse)
 
     async def check(self) -> None:
-        await self._store.check_analytics()
+        await self._analytics.check_analytics()
 
     async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Rows]:
-        return await self._store.analytics(sql, parameters)
+        return await self._analytics.analytics(sql, parameters)
 
     async def aclose(self) -> None:
-        await self._store.close()
+        await self._analytics.close()
+        await self._clickhouse.close()
 
 
 class RunningSystem:

@@ -24,7 +24,7 @@ import faust
 
 from pipeline.aggregate import counts as aggregate
 from pipeline.aggregate.agent import AggregateStore, Aggregator, Topics
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.state import Committer
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import Change
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 SUMMARIES_REFRESH_SECONDS = 24 * 3600.0
 
 
-def build_committer(settings: Settings, store: ReportStore, *, bootstrap: str) -> Committer:
+def build_committer(settings: Settings, store: CommitterQueries, *, bootstrap: str) -> Committer:
     async def tail(after: Progress | None) -> list[Change]:
         return await kafka.read_tail(settings, bootstrap, after)
     return Committer(store, tail, topic=settings.changes_topic,

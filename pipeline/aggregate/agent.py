@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import orjson
 
 from pipeline.aggregate import counts as aggregate
-from pipeline.clickhouse.store import StoredObject
+from pipeline.clickhouse.reads import StoredObject
 from pipeline.model import objects, resources
 from pipeline.model.messages import Change
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
@@ -51,7 +51,7 @@ def window_start(ts: float, size: int) -> int:
 
 
 class AggregateStore(Protocol):
-    """What the agent asks of ClickHouse (``ReportStore`` has it; a process of
+    """What the agent asks of ClickHouse (``AggregateWrites`` has it; a process of
     the agent's own reaches it through its parent)."""
 
     async def watermark(self) -> int: ...

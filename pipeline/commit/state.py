@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.decision import (
     Decision,
     current_after,
@@ -44,7 +44,7 @@ class IncompleteLog(RuntimeError):
 
 
 class Committer:
-    def __init__(self, store: ReportStore, read_tail: TailReader, *, topic: str,
+    def __init__(self, store: CommitterQueries, read_tail: TailReader, *, topic: str,
                  max_keys: int = 5000):
         self._store = store
         self._read_tail = read_tail

@@ -21,7 +21,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from pipeline.clickhouse.store import ReportStore, StoreError
+from pipeline.clickhouse.changes import ChangeWrites
+from pipeline.clickhouse.connection import StoreError
 from pipeline.kafka import client as kafka
 from pipeline.kafka.published import Published, Reader, reader_of
 from pipeline.model.messages import Change
@@ -45,7 +46,7 @@ class _Position(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class Materializer:
-    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str,
+    def __init__(self, settings: Settings, store: ChangeWrites, *, bootstrap: str,
                  published: Published | None = None):
         self._settings = settings
         self._store = store

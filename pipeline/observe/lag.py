@@ -14,7 +14,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from pipeline.clickhouse.store import ReportStore, StoreError
+from pipeline.clickhouse.connection import Connection, StoreError
+from pipeline.clickhouse.progress import ProgressReads
 from pipeline.kafka import client as kafka
 from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
@@ -25,10 +26,11 @@ INTERVAL = 5.0
 
 
 class LagMonitor:
-    def __init__(self, settings: Settings, store: ReportStore, *, bootstrap: str,
-                 interval: float = INTERVAL):
+    def __init__(self, settings: Settings, progress: ProgressReads, *, clickhouse: Connection,
+                 bootstrap: str, interval: float = INTERVAL):
         self._settings = settings
-        self._store = store
+        self._progress = progress
+        self._clickhouse = clickhouse
         self._bootstrap = bootstrap
         self._interval = interval
         self._consumer: AIOKafkaConsumer | None = None
@@ -54,7 +56,7 @@ class LagMonitor:
         assert self._consumer is not None and self._admin is not None
         tp = TopicPartition(self._settings.changes_topic, 0)
         end = (await self._consumer.end_offsets([tp]))[tp]
-        progress = await self._store.progress(self._settings.changes_topic)
+        progress = await self._progress.progress(self._settings.changes_topic)
         # every change is written in a transaction, whose commit marker takes
         # the offset after it: caught up, the end is the last change's + 2
         lag = max(0, end - (progress.offset + 2 if progress is not None else 0))
@@ -70,7 +72,7 @@ class LagMonitor:
         while True:
             try:
                 await self.measure()
-                metrics.CLICKHOUSE_MEMORY.set(await self._store.memory_tracked())
+                metrics.CLICKHOUSE_MEMORY.set(await self._clickhouse.memory_tracked())
             except (KafkaError, StoreError) as err:
                 log.debug("measuring the materializer's lag failed: %s", err)
             await asyncio.sleep(self._interval)

@@ -14,7 +14,10 @@ from aiokafka import AIOKafkaProducer
 
 from pipeline.aggregate import counts as aggregate
 from pipeline.aggregate.agent import Aggregator, Topics
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.aggregates import AggregateWrites
+from pipeline.clickhouse.analytics import AnalyticsQueries
+from pipeline.clickhouse.changes import ChangeWrites
+from pipeline.clickhouse.connection import Connection
 from pipeline.kafka import client as kafka_adapter
 from pipeline.model import objects
 from pipeline.model.messages import Change
@@ -25,8 +28,8 @@ pytestmark = pytest.mark.integration
 POLR = RESOURCES[0]
 
 
-async def counts(store: ReportStore) -> list[tuple[Any, ...]]:
-    _, rows = await store.analytics("SELECT namespace, policy, pass, fail, resource_version"
+async def counts(analytics: AnalyticsQueries) -> list[tuple[Any, ...]]:
+    _, rows = await analytics.analytics("SELECT namespace, policy, pass, fail, resource_version"
                                     " FROM policy_counts FINAL ORDER BY policy")
     return [tuple(r) for r in rows]
 
@@ -36,15 +39,17 @@ async def test_counts_after_a_restart_carry_the_last_applied_version(
         make_settings, data_dir: Path, kafka: str, materialized: int) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings()
     await kafka_adapter.ensure_topics(settings, kafka)
-    store = ReportStore(settings, data_dir=data_dir)
-    await store.start()
+    clickhouse = Connection(settings, data_dir=data_dir)
+    await clickhouse.start()
+    store, analytics = AggregateWrites(clickhouse), AnalyticsQueries(clickhouse)
     producer = AIOKafkaProducer(bootstrap_servers=kafka)
     await producer.start()
     try:
         if materialized:  # the materializer is ahead of the agent
             obj = report(POLR, "other", "ns")
-            await store.write_changes([Change("ADDED", obj, materialized)],
-                                      topic=settings.changes_topic, partition=0, offset=40)
+            await ChangeWrites(clickhouse).write_changes(
+                [Change("ADDED", obj, materialized)], topic=settings.changes_topic, partition=0,
+                offset=40)
         # before the crash: rows of the batch that ended at 7 (one failure) ...
         await store.write_policy_counts([[settings.cluster, "ns", "p", 0, 1, 0, 0, 0, 7,
                                           datetime.now(UTC)]])
@@ -59,13 +64,14 @@ async def test_counts_after_a_restart_carry_the_last_applied_version(
                                                                settings.summaries_topic),
                                 cluster=settings.cluster, window_seconds=60)
         await aggregator.process([])  # nothing to apply: the agent is not ready yet
-        assert await counts(store) == [("ns", "p", 0, 1, 7)]
+        assert await counts(analytics) == [("ns", "p", 0, 1, 7)]
         await aggregator._ready(10)  # the first change after the restart is at 10
-        assert await counts(store) == [("ns", "p", 1, 0, 9)]
+        assert await counts(analytics) == [("ns", "p", 1, 0, 9)]
         # a later change's rows replace them
         await store.write_policy_counts([[settings.cluster, "ns", "p", 0, 0, 0, 0, 0, 12,
                                           datetime.now(UTC)]])
-        assert await counts(store) == [("ns", "p", 0, 0, 12)]
+        assert await counts(analytics) == [("ns", "p", 0, 0, 12)]
     finally:
         await producer.stop()
-        await store.close()
+        await analytics.close()
+        await clickhouse.close()

@@ -13,7 +13,9 @@ import pytest
 
 from bench import questions
 from launcher.trends import TrendQuery, run_trends
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.aggregates import AggregateWrites
+from pipeline.clickhouse.analytics import AnalyticsQueries
+from pipeline.clickhouse.connection import Connection
 from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
 from tests.helpers import collection_path, report
@@ -49,13 +51,13 @@ def scored(name: str, ns: str, *, fail: int, severity: str, score: str | None) -
 
 class Store:
     def __init__(self, running):  # type: ignore[no-untyped-def]
-        self.store = running.system.store
+        self.store: AnalyticsQueries = running.system.analytics
 
     async def check(self) -> None:
         await self.store.check_analytics()
 
     async def query(self, sql: str, parameters: dict) -> tuple:  # type: ignore[type-arg]
-        return await self.store.analytics(sql, parameters)  # type: ignore[no-any-return]
+        return await self.store.analytics(sql, parameters)
 
     async def aclose(self) -> None:
         pass  # the running system's store: it closes it
@@ -80,7 +82,7 @@ async def test_documented_queries_answer_their_questions(start, make_settings) -
 
     queries = documented_queries()
     assert set(queries) == {"failing-now", "daily-fails", "top-resources", "high-scores"}
-    store = running.system.store
+    store = running.system.analytics
     def today_total(rows: list) -> int:  # type: ignore[type-arg]
         return sum(r[2] for r in rows if r[0] == max(x[0] for x in rows)) if rows else 0
 
@@ -124,9 +126,10 @@ async def test_documented_queries_answer_their_questions(start, make_settings) -
 
 
 async def test_daily_fails_carries_each_policy_last_total_forward(tmp_path: Path) -> None:
-    store = ReportStore(Settings.from_env({}, database=f"daily_{uuid.uuid4().hex[:8]}"),
-                        data_dir=tmp_path)
-    await store.start()
+    clickhouse = Connection(Settings.from_env({}, database=f"daily_{uuid.uuid4().hex[:8]}"),
+                            data_dir=tmp_path)
+    await clickhouse.start()
+    store = AnalyticsQueries(clickhouse)
     try:
         today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         rows, rv = [], 0
@@ -142,10 +145,11 @@ async def test_daily_fails_carries_each_policy_last_total_forward(tmp_path: Path
         window("p", 1, 8, 2)
         window("p", 40, 8, 9)  # before the 30 days asked about
         window("q", 2, 8, 7)
-        await store.write_policy_totals_windows(rows)
+        await AggregateWrites(clickhouse).write_policy_totals_windows(rows)
         _, daily = await store.analytics(documented_queries()["daily-fails"])
     finally:
         await store.close()
+        await clickhouse.close()
     day = lambda n: (today - timedelta(days=n)).date()  # noqa: E731
     assert [tuple(r) for r in daily] == [
         (day(3), "p", 4), (day(2), "p", 4), (day(2), "q", 7), (day(1), "p", 2),

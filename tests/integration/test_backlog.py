@@ -46,13 +46,13 @@ async def test_a_backlog_keeps_its_times_and_every_window(start, make_settings, 
     await kafka_adapter.ensure_topics(settings, kafka)
     await kafka_adapter.append_history(settings, kafka, history)
     running = await start(settings)
-    store = running.system.store
+    store, progress = running.system.analytics, running.system.progress
     last_rv = history[-1][0].resource_version
 
     deadline = time.monotonic() + 120
     while True:
         _, [(rv,)] = await store.analytics("SELECT max(resource_version) FROM policy_windows")
-        if int(rv or 0) >= last_rv and await store.watermark() >= last_rv:
+        if int(rv or 0) >= last_rv and await progress.watermark() >= last_rv:
             break
         assert time.monotonic() < deadline, f"applied up to {rv} of {last_rv}"
         await asyncio.sleep(0.5)

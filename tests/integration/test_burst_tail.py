@@ -18,7 +18,7 @@ POLR = RESOURCES[0]
 async def test_last_changes_of_a_burst_are_materialized_and_counted(start, make_settings
                                                                    ) -> None:  # type: ignore[no-untyped-def]
     running = await start(make_settings())
-    store = running.system.store
+    store = running.system.analytics
     assert store is not None
     for burst in range(3):
         namespace = f"burst-{burst}"

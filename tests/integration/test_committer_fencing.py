@@ -17,7 +17,8 @@ from aiokafka.errors import ProducerFenced
 
 from apiserver.errors import FromStatus
 from apiserver.writes import Writer
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.connection import Connection
+from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.service import CommitService, Fenced, NotDecided, _Local
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import Change, Reply, WriteRequest
@@ -34,16 +35,16 @@ POLR = RESOURCES[0]
 
 @pytest.fixture
 async def pipeline_parts(make_settings: Callable[..., Settings], data_dir: Path
-                         ) -> AsyncIterator[tuple[Settings, ReportStore]]:
+                         ) -> AsyncIterator[tuple[Settings, CommitterQueries]]:
     settings = make_settings()
-    store = ReportStore(settings, data_dir=data_dir)
-    await store.start()
+    clickhouse = Connection(settings, data_dir=data_dir)
+    await clickhouse.start()
     await kafka.ensure_topics(settings, settings.kafka_bootstrap)
-    yield settings, store
-    await store.close()
+    yield settings, CommitterQueries(clickhouse)
+    await clickhouse.close()
 
 
-def service(settings: Settings, store: ReportStore) -> CommitService:
+def service(settings: Settings, store: CommitterQueries) -> CommitService:
     return CommitService(settings, build_committer(settings, store,
                                                    bootstrap=settings.kafka_bootstrap),
                          bootstrap=settings.kafka_bootstrap)
@@ -61,7 +62,7 @@ async def decide_and_publish(svc: CommitService, requests: list[WriteRequest],
     await svc.publish(requests, decisions, next_offset=offset)
 
 
-async def test_a_deposed_committer_cannot_publish(pipeline_parts: tuple[Settings, ReportStore]
+async def test_a_deposed_committer_cannot_publish(pipeline_parts: tuple[Settings, CommitterQueries]
                                                   ) -> None:
     settings, store = pipeline_parts
     first, second, third = (service(settings, store) for _ in range(3))
@@ -106,7 +107,7 @@ async def test_a_deposed_committer_cannot_publish(pipeline_parts: tuple[Settings
 
 
 async def test_the_group_hands_the_partition_to_the_next_committer(
-        pipeline_parts: tuple[Settings, ReportStore]) -> None:
+        pipeline_parts: tuple[Settings, CommitterQueries]) -> None:
     settings, store = pipeline_parts
     services = [service(settings, store), service(settings, store)]
     writer = Writer(settings, bootstrap=settings.kafka_bootstrap)
@@ -145,7 +146,7 @@ def local(request: WriteRequest) -> _Local:
 
 
 async def test_a_committer_in_process_takes_writes_without_the_topics(
-        pipeline_parts: tuple[Settings, ReportStore]) -> None:
+        pipeline_parts: tuple[Settings, CommitterQueries]) -> None:
     """``up``'s frontend hands writes to the committer beside it: successes,
     refusals and dry runs are answered as through the topics, and no request
     or reply record is written; a writer beside a committer that does not own
@@ -199,7 +200,7 @@ async def test_a_committer_in_process_takes_writes_without_the_topics(
 
 
 async def test_a_deposed_committer_cannot_answer_in_process(
-        pipeline_parts: tuple[Settings, ReportStore]) -> None:
+        pipeline_parts: tuple[Settings, CommitterQueries]) -> None:
     """A refusal needs no change, yet a committer that another has taken over
     from does not answer it: its transaction (the offset alone) is fenced and
     the request is given back for the topics, as is a write's."""

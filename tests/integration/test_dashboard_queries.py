@@ -15,7 +15,9 @@ import pytest
 
 from dashboard import filters, series
 from dashboard.filters import Filters, Span
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.aggregates import AggregateWrites
+from pipeline.clickhouse.analytics import AnalyticsQueries
+from pipeline.clickhouse.connection import Connection
 from pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -23,9 +25,10 @@ NOW = 1_800_000_000 - 1_800_000_000 % 3600 + 1234
 
 
 async def test_carried_counts_ranking_and_totals(tmp_path: Path) -> None:
-    store = ReportStore(Settings.from_env({}, database=f"dash_{uuid.uuid4().hex[:8]}"),
-                        data_dir=tmp_path)
-    await store.start()
+    clickhouse = Connection(Settings.from_env({}, database=f"dash_{uuid.uuid4().hex[:8]}"),
+                            data_dir=tmp_path)
+    await clickhouse.start()
+    aggregates, analytics = AggregateWrites(clickhouse), AnalyticsQueries(clickhouse)
     rng = random.Random(3)
     windows: list[list[Any]] = []
     totals: dict[tuple[str, int], dict[str, int]] = {}  # (policy, start) -> ns -> fail
@@ -51,16 +54,16 @@ async def test_carried_counts_ranking_and_totals(tmp_path: Path) -> None:
                 fail = sum(v for (n, p), v in last.items() if p == policy)
                 when = datetime.fromtimestamp(start, UTC)
                 windows_total = ["default", policy, when, when, 0, fail, 0, 0, 0, rv, when]
-                await store.write_policy_totals_windows([windows_total])
-    await store.write_policy_windows(windows)
+                await aggregates.write_policy_totals_windows([windows_total])
+    await aggregates.write_policy_windows(windows)
     try:
         for f in (Filters(range="1h"), Filters(range="1h", rank="change", top=3),
                   Filters(range="1h", namespace="b"), Filters(range="6h", bucket="15m")):
             span = Span.of(f, NOW)
-            _, rows = await store.analytics(*filters.windows(f, span))
-            _, carried = await store.analytics(*filters.carried_in(f, span))
+            _, rows = await analytics.analytics(*filters.windows(f, span))
+            _, carried = await analytics.analytics(*filters.carried_in(f, span))
             expected = series.build(span.buckets(), rows, carried)
-            _, top = await store.analytics(*filters.top_series(f, span))
+            _, top = await analytics.analytics(*filters.top_series(f, span))
             got = {(ns, policy): [int(v) for v in vals] for ns, policy, vals in top}
             want = series.ranked(expected, top=f.top, by=f.rank)
             # counts came into the hour from before it
@@ -68,9 +71,10 @@ async def test_carried_counts_ranking_and_totals(tmp_path: Path) -> None:
             assert {s.key for s in want} == set(got), f
             for s in want:
                 assert got[s.key] == s.fail, (f, s.key)
-            _, [(count,)] = await store.analytics(*filters.series_count(f, span))
+            _, [(count,)] = await analytics.analytics(*filters.series_count(f, span))
             assert count == len([s for s in expected if any(s.fail)]), f
-            _, [(total,)] = await store.analytics(*filters.total_series(f, span))
+            _, [(total,)] = await analytics.analytics(*filters.total_series(f, span))
             assert [int(v) for v in total] == series.total(expected, len(span.buckets())), f
     finally:
-        await store.close()
+        await analytics.close()
+        await clickhouse.close()

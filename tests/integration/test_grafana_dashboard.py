@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from bench.analytics import generate, load
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.analytics import AnalyticsQueries
+from pipeline.clickhouse.connection import Connection
 from pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -92,13 +93,14 @@ def test_the_dashboard_is_for_the_clickhouse_plugin() -> None:
 
 async def test_every_query_gets_rows(tmp_path: Path) -> None:
     dashboard = json.loads(DASHBOARD.read_text())
-    store = ReportStore(Settings.from_env({}, database=f"grafana_{uuid.uuid4().hex[:8]}"),
-                        data_dir=tmp_path)
-    await store.start()
+    clickhouse = Connection(Settings.from_env({}, database=f"grafana_{uuid.uuid4().hex[:8]}"),
+                            data_dir=tmp_path)
+    await clickhouse.start()
+    analytics = AnalyticsQueries(clickhouse)
     try:
         now = datetime.now(UTC)
         data = list(generate(1500, seed=5, now=now))
-        await load(store, data, "default")
+        await load(clickhouse, data, "default")
         resource = data[0][0]["scope"]["name"]
         end = int(time.time())
         start = end - 31 * 86400
@@ -112,7 +114,8 @@ async def test_every_query_gets_rows(tmp_path: Path) -> None:
         for variables in (everything, narrowed):
             for title, sql in queries(dashboard).items():
                 text = expand(sql, variables, start=start, end=end, interval=86400)
-                _, rows = await store.analytics(text)
+                _, rows = await analytics.analytics(text)
                 assert rows, (title, text)
     finally:
-        await store.close()
+        await analytics.close()
+        await clickhouse.close()

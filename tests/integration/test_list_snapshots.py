@@ -99,12 +99,13 @@ async def test_an_old_version_comes_from_clickhouse_while_it_holds_it(start, mak
     is read from ClickHouse by that version; once a merge replaced it, the
     continuation expires."""
     running = await start(make_settings(watch_cache_size=20))
-    api, store = running.client, running.system.store
+    api, clickhouse = running.client, running.system.clickhouse
+    progress = running.system.progress
     path = collection_path(POLR, "old")
     for i in range(30):  # the cache keeps the last 20 creations
         assert (await api.post(path, json=report(POLR, f"o{i:02d}", "old"))).status_code == 201
     full = (await api.get(path)).json()["items"]
-    await store.run(lambda c: c.command("SYSTEM STOP MERGES reports"))
+    await clickhouse.run(lambda c: c.command("SYSTEM STOP MERGES reports"))
     try:
         first = (await api.get(path, params={"limit": "4"})).json()
         # o05's version at the snapshot left the cache long ago
@@ -116,14 +117,14 @@ async def test_an_old_version_comes_from_clickhouse_while_it_holds_it(start, mak
         # merged: ClickHouse keeps the newest version only
         rv = int(late.json()["metadata"]["resourceVersion"])
         async with asyncio.timeout(30):
-            while await store.watermark() < rv:
+            while await progress.watermark() < rv:
                 await asyncio.sleep(0.1)
-        await store.run(lambda c: c.command("SYSTEM START MERGES reports"))
-        await store.run(lambda c: c.command("OPTIMIZE TABLE reports FINAL"))
+        await clickhouse.run(lambda c: c.command("SYSTEM START MERGES reports"))
+        await clickhouse.run(lambda c: c.command("OPTIMIZE TABLE reports FINAL"))
         r = await api.get(path, params={"limit": "4", "continue": first["metadata"]["continue"]})
         assert r.status_code == 410 and r.json()["metadata"]["continue"]
     finally:
-        await store.run(lambda c: c.command("SYSTEM START MERGES reports"))
+        await clickhouse.run(lambda c: c.command("SYSTEM START MERGES reports"))
 
 
 async def test_lists_read_in_many_batches_see_each_object_once(start, make_settings,  # type: ignore[no-untyped-def]
@@ -158,13 +159,13 @@ async def test_a_list_streamed_while_writes_go_on_is_its_resource_versions_state
     gives them. Nothing in it is newer than that version."""
     monkeypatch.setattr("apiserver.service.PAGE", 4)
     running = await start(make_settings())
-    api, store = running.client, running.system.store
+    api, store, progress = running.client, running.system.reads, running.system.progress
     path = collection_path(POLR, "stream")
     for i in range(20):
         assert (await api.post(path, json=report(POLR, f"s{i:02d}", "stream"))).status_code == 201
     before = (await api.get(path)).json()
     async with asyncio.timeout(30):  # in ClickHouse, read from it a batch at a time
-        while await store.watermark() < int(before["metadata"]["resourceVersion"]):
+        while await progress.watermark() < int(before["metadata"]["resourceVersion"]):
             await asyncio.sleep(0.1)
 
     read = store.list_page

@@ -25,7 +25,8 @@ async def test_buffered_records_go_out_without_a_turn_of_the_event_loop_each(
     # the worker's app as the agent's process builds it (a group of its own,
     # beside that process), its producer alone started
     app = build_app(replace(settings, topic_prefix=f"{settings.topic_prefix}-own"),
-                    running.system.store, bootstrap=running.system.bootstrap, data_dir=tmp_path)
+                    running.system.aggregates, bootstrap=running.system.bootstrap,
+                    data_dir=tmp_path)
     await app.producer.start()
     try:
         await _check(app, settings.topic_prefix)

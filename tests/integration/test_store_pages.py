@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.changes import ChangeWrites
+from pipeline.clickhouse.connection import Connection
+from pipeline.clickhouse.reads import ObjectReads
 from pipeline.model.messages import Change
 
 pytestmark = pytest.mark.integration
@@ -26,8 +28,9 @@ def _report(ns: str, name: str, rv: int, team: str) -> dict[str, object]:
 
 async def test_pages_and_gets_match_the_changes(make_settings, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
     rng = random.Random(3)
-    store = ReportStore(make_settings(), data_dir=data_dir)
-    await store.start()
+    clickhouse = Connection(make_settings(), data_dir=data_dir)
+    await clickhouse.start()
+    writes, store = ChangeWrites(clickhouse), ObjectReads(clickhouse)
     current: dict[tuple[str, str], tuple[int, str] | None] = {}
     rv = 1
     try:
@@ -42,7 +45,7 @@ async def test_pages_and_gets_match_the_changes(make_settings, data_dir: Path) -
                 changes.append(Change("DELETED" if gone else "MODIFIED",
                                       _report(ns, name, rv, team), rv))
                 current[(ns, name)] = None if gone else (rv, team)
-            await store.write_changes(changes, topic="t", partition=0, offset=batch)
+            await writes.write_changes(changes, topic="t", partition=0, offset=batch)
         live = {k: v for k, v in current.items() if v is not None}
 
         async def listed(namespace: str | None, limit: int, team: str | None
@@ -73,3 +76,4 @@ async def test_pages_and_gets_match_the_changes(make_settings, data_dir: Path) -
         assert await store.get(R, "ns-0", "never") is None
     finally:
         await store.close()
+        await clickhouse.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.connection import Connection
 
 pytestmark = pytest.mark.integration
 
@@ -17,17 +17,17 @@ pytestmark = pytest.mark.integration
 async def test_every_table_cleans_up_replaced_parts_promptly(make_settings,  # type: ignore[no-untyped-def]
                                                              data_dir: Path) -> None:
     settings = make_settings()
-    store = ReportStore(settings, data_dir=data_dir)
-    await store.start()
+    clickhouse = Connection(settings, data_dir=data_dir)
+    await clickhouse.start()
     try:
         def tables(client):  # type: ignore[no-untyped-def]
             return client.query(
                 "SELECT name, create_table_query FROM system.tables WHERE database = {db:String}"
                 " AND engine LIKE '%MergeTree' AND name != 'schema_migrations'",
                 parameters={"db": settings.database}).result_rows
-        found = dict(await store.run(tables))
+        found = dict(await clickhouse.run(tables))
     finally:
-        await store.close()
+        await clickhouse.close()
     assert {"reports", "results", "changes_progress", "policy_counts"} <= found.keys()
     for name, ddl in found.items():
         assert "max_cleanup_delay_period = 30" in ddl, name

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from launcher.agentprocess import CALLS, RemoteStore, StoreServer
-from pipeline.clickhouse.store import StoredObject, StoreError
+from pipeline.clickhouse.connection import StoreError
+from pipeline.clickhouse.reads import StoredObject
 
 
 class Rows:

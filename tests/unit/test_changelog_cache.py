@@ -7,13 +7,15 @@ import pytest
 
 from apiserver.changelog import Cached, ChangeLog, Event
 from apiserver.errors import Unavailable
+from pipeline.clickhouse.connection import Connection
+from pipeline.clickhouse.progress import ProgressReads
 from pipeline.model.messages import Change
 from pipeline.settings import Settings
 
 
 def _cache(size: int = 10) -> ChangeLog:
-    return ChangeLog(Settings(watch_cache_size=size), store=None,  # type: ignore[arg-type]
-                     bootstrap="")
+    settings = Settings(watch_cache_size=size)
+    return ChangeLog(settings, store=ProgressReads(Connection(settings)), bootstrap="")
 
 
 def _event(name: str, rv: int, etype: str = "MODIFIED") -> Event:

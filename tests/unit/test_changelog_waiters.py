@@ -10,13 +10,15 @@ import pytest
 
 from apiserver.changelog import Cached, ChangeLog, Event
 from apiserver.errors import Unavailable
+from pipeline.clickhouse.connection import Connection
+from pipeline.clickhouse.progress import ProgressReads
 from pipeline.model.messages import Change
 from pipeline.settings import Settings
 
 
 def _cache() -> ChangeLog:
-    return ChangeLog(Settings(watch_cache_size=100), store=None,  # type: ignore[arg-type]
-                     bootstrap="")
+    settings = Settings(watch_cache_size=100)
+    return ChangeLog(settings, store=ProgressReads(Connection(settings)), bootstrap="")
 
 
 def _read(log: ChangeLog, *versions: int) -> None:

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from pipeline.clickhouse.store import ReportStore
+from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.state import Committer, IncompleteLog
 from pipeline.model.messages import Change, WriteRequest
 from pipeline.model.objects import identity
@@ -55,7 +55,7 @@ class Materialized:
 
 
 def committer(store: Materialized) -> Committer:
-    return Committer(cast(ReportStore, store), store.tail, topic=TOPIC)
+    return Committer(cast(CommitterQueries, store), store.tail, topic=TOPIC)
 
 
 def create(name: str, request: str = "") -> WriteRequest:

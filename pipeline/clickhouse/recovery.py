@@ -1,0 +1,39 @@
+"""What the committer reads of ClickHouse when it starts and when a key
+leaves its cache: the materializer's progress, the objects that exist, and
+the latest state of keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from clickhouse_connect.driver.client import Client
+
+from pipeline.clickhouse import reads
+from pipeline.clickhouse.connection import Connection
+from pipeline.clickhouse.progress import ProgressReads
+from pipeline.model.versions import Current, Progress
+
+
+class CommitterQueries:
+    """The committer's reads on ``connection``."""
+
+    def __init__(self, connection: Connection):
+        self._connection = connection
+        self._progress = ProgressReads(connection)
+
+    async def progress(self, topic: str, partition: int = 0) -> Progress | None:
+        return await self._progress.progress(topic, partition)
+
+    async def watermark(self) -> int:
+        return await self._progress.watermark()
+
+    async def live_keys(self) -> set[tuple[str, str, str]]:
+        """(resource, namespace, name) of every object not deleted."""
+        def query(client: Client) -> set[tuple[str, str, str]]:
+            rows = client.query("SELECT resource, namespace, name FROM reports FINAL").result_rows
+            return {(r[0], r[1], r[2]) for r in rows}
+        return await self._connection.run(query)
+
+    async def current(self, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str],
+                                                                           Current]:
+        return await reads.current(self._connection, keys)
