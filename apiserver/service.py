@@ -17,11 +17,11 @@ from apiserver import paging, patching, validation
 from apiserver.changelog import Cached, ChangeLog, Expired
 from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, Timeout, Unavailable
 from apiserver.selectors import FieldSelector, LabelSelector
-from apiserver.writes import Writer
 from pipeline.clickhouse.store import ReportStore, StoredObject, StoreError
 from pipeline.model.objects import now_rfc3339
 from pipeline.model.resources import ResourceType
 from pipeline.observe import metrics
+from pipeline.serving.writes import Writer
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,6 @@ from apiserver.httpprotocol import protocol
 from apiserver.responses import metrics_page
 from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
-from apiserver.writes import Writer
 from kubeclient import ConfigError, Target, target
 from launcher.agentprocess import AgentProcess, AgentStartError
 from launcher.broker import BrokerError, KafkaBroker
@@ -57,6 +56,7 @@ from pipeline.observe import metrics
 from pipeline.observe.lag import LagMonitor
 from pipeline.runtime import memory
 from pipeline.runtime.tasks import cancel
+from pipeline.serving.writes import Writer
 from pipeline.settings import Settings
 from pipeline.worker import build_committer
 

@@ -16,13 +16,13 @@ import pytest
 from aiokafka.errors import ProducerFenced
 
 from apiserver.errors import FromStatus
-from apiserver.writes import Writer
 from pipeline.clickhouse.store import ReportStore
 from pipeline.commit.service import CommitService, Fenced, NotDecided, _Local
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import Change, Reply, WriteRequest
 from pipeline.model.resources import RESOURCES
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
+from pipeline.serving.writes import Writer
 from pipeline.settings import Settings
 from pipeline.worker import build_committer
 from tests.helpers import report
