@@ -32,7 +32,6 @@ from apiserver import (
 )
 from apiserver.authn import Authentication, RequestHeaders, TokenReviewer
 from apiserver.authz import AccessReviewer, Authorization
-from apiserver.changelog import Cached
 from apiserver.errors import (
     ApiError,
     BadRequest,
@@ -51,6 +50,7 @@ from apiserver.service import Item, ListQuery, ListResult, ReportService, Writte
 from pipeline.clickhouse.store import ReportStore
 from pipeline.model import managedfields
 from pipeline.model.resources import ResourceType, by_path
+from pipeline.serving.changelog import Cached
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -14,13 +14,13 @@ from typing import Any
 import orjson
 
 from apiserver import paging, patching, validation
-from apiserver.changelog import Cached, ChangeLog, Expired
 from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, Timeout, Unavailable
 from apiserver.selectors import FieldSelector, LabelSelector
 from pipeline.clickhouse.store import ReportStore, StoredObject, StoreError
 from pipeline.model.objects import now_rfc3339
 from pipeline.model.resources import ResourceType
 from pipeline.observe import metrics
+from pipeline.serving.changelog import Cached, ChangeLog, Expired
 from pipeline.serving.writes import Writer
 
 log = logging.getLogger(__name__)

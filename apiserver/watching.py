@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.changelog import Cached, Event
 from apiserver.errors import ApiError
 from apiserver.service import ListQuery, ReportService, parse_resource_version
+from pipeline.serving.changelog import Cached, Event
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]

@@ -36,7 +36,6 @@ from starlette.types import ASGIApp
 
 from apiserver.app import Access, create_app
 from apiserver.authn import RequestHeaders
-from apiserver.changelog import ChangeLog
 from apiserver.httpprotocol import protocol
 from apiserver.responses import metrics_page
 from apiserver.service import ReportService
@@ -56,6 +55,7 @@ from pipeline.observe import metrics
 from pipeline.observe.lag import LagMonitor
 from pipeline.runtime import memory
 from pipeline.runtime.tasks import cancel
+from pipeline.serving.changelog import ChangeLog
 from pipeline.serving.writes import Writer
 from pipeline.settings import Settings
 from pipeline.worker import build_committer

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from apiserver.changelog import Cached, ChangeLog, Event
 from apiserver.errors import Unavailable
 from pipeline.model.messages import Change
+from pipeline.serving.changelog import Cached, ChangeLog, Event
 from pipeline.settings import Settings
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
-from apiserver.changelog import ChangeLog
 from pipeline.kafka.published import Entry, Published
 from pipeline.materialize.consumer import Materializer
 from pipeline.model.messages import Change, change_headers
+from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
 
 
