@@ -13,7 +13,6 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources as importlib_resources
 from pathlib import Path
@@ -28,6 +27,7 @@ from pipeline.clickhouse import rows
 from pipeline.clickhouse.coalesce import Coalesced
 from pipeline.model import objects
 from pipeline.model.messages import Change
+from pipeline.model.storage import AnalyticsTimeout, QueryError, StoredObject, StoreError
 from pipeline.model.versions import Current, Progress
 from pipeline.observe import metrics
 from pipeline.runtime.logs import quiet
@@ -35,10 +35,6 @@ from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-class StoreError(RuntimeError):
-    """ClickHouse could not do what was asked."""
-
 
 def _reason(err: Exception) -> str:
     """The gist of a ClickHouse client error, on one line."""
@@ -63,14 +59,6 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class QueryError(ValueError):
-    """An analyst's query was refused or failed."""
-
-
-class AnalyticsTimeout(QueryError):
-    """An analytics query ran longer than it may."""
-
-
 def _analytics_error(err: Exception, settings: Settings) -> QueryError:
     """What an analyst is told when ClickHouse refuses or stops a query."""
     text = str(err)
@@ -88,15 +76,6 @@ def _analytics_error(err: Exception, settings: Settings) -> QueryError:
     if isinstance(err, OperationalError):  # the server, not the query
         return QueryError(f"ClickHouse at {_where(settings)} cannot be used: {_reason(err)}")
     return QueryError(text)
-
-
-@dataclass(frozen=True)
-class StoredObject:
-    resource_version: int
-    namespace: str
-    name: str
-    #: the object's JSON as stored
-    raw: str | bytes
 
 
 def migrations() -> list[tuple[int, str, str]]:
