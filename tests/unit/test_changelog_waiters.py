@@ -8,9 +8,10 @@ import asyncio
 
 import pytest
 
-from apiserver.errors import Unavailable
+from pipeline.model.cache import Cached, Event
 from pipeline.model.messages import Change
-from pipeline.serving.changelog import Cached, ChangeLog, Event
+from pipeline.model.storage import Unavailable
+from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
 
 
