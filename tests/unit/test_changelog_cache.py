@@ -10,10 +10,11 @@ from pipeline.model.messages import Change
 from pipeline.model.storage import Unavailable
 from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
+from tests.helpers import NothingMaterialized
 
 
 def _cache(size: int = 10) -> ChangeLog:
-    return ChangeLog(Settings(watch_cache_size=size), store=None,  # type: ignore[arg-type]
+    return ChangeLog(Settings(watch_cache_size=size), store=NothingMaterialized(),
                      bootstrap="")
 
 

@@ -13,10 +13,11 @@ from pipeline.model.messages import Change
 from pipeline.model.storage import Unavailable
 from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
+from tests.helpers import NothingMaterialized
 
 
 def _cache() -> ChangeLog:
-    return ChangeLog(Settings(watch_cache_size=100), store=None,  # type: ignore[arg-type]
+    return ChangeLog(Settings(watch_cache_size=100), store=NothingMaterialized(),
                      bootstrap="")
 
 

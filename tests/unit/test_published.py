@@ -11,6 +11,7 @@ from pipeline.materialize.consumer import Materializer
 from pipeline.model.messages import Change, change_headers
 from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
+from tests.helpers import NothingMaterialized
 
 
 def change(rv: int, name: str = "r") -> Change:
@@ -85,7 +86,7 @@ def test_an_offset_seen_before_starts_afresh() -> None:
 def test_the_frontends_cache_and_the_materializer_take_them() -> None:
     published = Published()
     settings = Settings()
-    cache = ChangeLog(settings, store=None, bootstrap="", published=published)  # type: ignore[arg-type]
+    cache = ChangeLog(settings, store=NothingMaterialized(), bootstrap="", published=published)
     materializer = Materializer(settings, store=None, bootstrap="",  # type: ignore[arg-type]
                                 published=published)
     [c] = publish(published, 5)
