@@ -13,9 +13,10 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from apiserver.errors import BadRequest, Timeout, Unavailable
-from pipeline.clickhouse.analytics import AnalyticsQueries, AnalyticsTimeout, QueryError
-from pipeline.clickhouse.connection import StoreError
+from apiserver import failures
+from apiserver.errors import BadRequest
+from apiserver.ports import AnalyticsQueries
+from pipeline.model.storage import StorageError
 
 PATH = "/analytics/v1/query"
 #: how often a running query checks that its client is still there
@@ -46,12 +47,8 @@ def endpoint(store: AnalyticsQueries) -> Any:
                     await store.cancel_analytics(tag)
                     break
             columns, rows = await running
-        except AnalyticsTimeout as err:
-            raise Timeout(str(err)) from err
-        except QueryError as err:
-            raise BadRequest(f"the query failed: {err}") from err
-        except StoreError as err:
-            raise Unavailable(f"storage is unavailable: {err}", retry_after=1) from err
+        except StorageError as err:
+            raise failures.api_error(err) from err
         finally:
             if not running.done():
                 await store.cancel_analytics(tag)

@@ -22,6 +22,7 @@ from apiserver import (
     analytics,
     deleteoptions,
     discovery,
+    failures,
     openapi,
     openapipb,
     patching,
@@ -32,7 +33,6 @@ from apiserver import (
 )
 from apiserver.authn import Authentication, RequestHeaders, TokenReviewer
 from apiserver.authz import AccessReviewer, Authorization
-from apiserver.changelog import Cached
 from apiserver.errors import (
     ApiError,
     BadRequest,
@@ -45,12 +45,14 @@ from apiserver.errors import (
     invalid,
 )
 from apiserver.instrumentation import Instrumented
+from apiserver.ports import AnalyticsQueries
 from apiserver.responses import error_response, json_response, metrics_page
 from apiserver.selectors import parse_field_selector, parse_label_selector
 from apiserver.service import Item, ListQuery, ListResult, ReportService, Written, as_json
-from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.model import managedfields
+from pipeline.model.cache import Cached
 from pipeline.model.resources import ResourceType, by_path
+from pipeline.model.storage import StorageError
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -509,6 +511,10 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
         assert isinstance(exc, ApiError)
         return error_response(exc)
 
+    async def on_storage_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StorageError)
+        return error_response(failures.api_error(exc))
+
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
@@ -534,7 +540,8 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
     if store is not None:
         routes.append(Route(analytics.PATH, analytics.endpoint(store), methods=["POST"]))
     app = Starlette(routes=routes, exception_handlers={
-        ApiError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected})
+        ApiError: on_api_error, StorageError: on_storage_error, HTTPException: on_http_error,
+        Exception: on_unexpected})
     access = access or Access(token=token)
     return Instrumented(Authentication(
         Authorization(app, access.review_access, access.cache_seconds), access.token,

@@ -1,5 +1,6 @@
-"""Reading and writing reports: ClickHouse state overlaid with the change log's
-tail for reads, the committer (through Kafka) for writes."""
+"""Reading and writing reports: stored state overlaid with the change log's
+tail for reads, the committer for writes; each through a port
+(``apiserver.ports``)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,20 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
-from apiserver import paging, patching, validation
-from apiserver.changelog import Cached, ChangeLog, Expired
-from apiserver.errors import BadRequest, Conflict, FromStatus, Gone, NotFound, Timeout, Unavailable
+from apiserver import failures, paging, patching, validation
+from apiserver.errors import BadRequest, Conflict, Gone, NotFound, Timeout
+from apiserver.ports import ChangeFeed, ObjectReader, WriteSubmitter
 from apiserver.selectors import FieldSelector, LabelSelector
-from apiserver.writes import Writer
-from pipeline.clickhouse.connection import StoreError
-from pipeline.clickhouse.reads import ObjectReads, StoredObject
+from pipeline.model.cache import Cached, Event, Subscription
+from pipeline.model.messages import WriteRequest
 from pipeline.model.objects import now_rfc3339
 from pipeline.model.resources import ResourceType
+from pipeline.model.storage import Expired, Refused, StoredObject, StoreError, Unavailable
 from pipeline.observe import metrics
 
 log = logging.getLogger(__name__)
@@ -100,10 +101,19 @@ def _stored(row: StoredObject) -> Item:
 
 
 class ReportService:
-    def __init__(self, *, store: ObjectReads, changelog: ChangeLog, writer: Writer):
+    def __init__(self, *, store: ObjectReader, changelog: ChangeFeed, writer: WriteSubmitter):
         self._store = store
-        self.changelog = changelog
+        self._changes = changelog
         self._writer = writer
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion this frontend has read."""
+        return self._changes.resource_version
+
+    async def sync(self) -> None:
+        """Until every change committed before the call can be read here."""
+        await self._changes.sync()
 
     # -- reads ------------------------------------------------------------
     async def _sync(self, resource_version: str | None, match: str | None, *,
@@ -117,8 +127,8 @@ class ReportService:
             raise BadRequest("resourceVersionMatch is forbidden unless resourceVersion is"
                              " provided")
         if not resource_version:
-            await self.changelog.sync(settle=settle)
-            return self.changelog.resource_version
+            await self._changes.sync(settle=settle)
+            return self._changes.resource_version
         wanted = parse_resource_version(resource_version)
         if match == "Exact" and wanted == 0:
             raise BadRequest('resourceVersionMatch "Exact" is forbidden for resourceVersion'
@@ -126,8 +136,8 @@ class ReportService:
         if wanted:
             await self.wait_for(wanted)
         if settle:
-            await self.changelog.settled()
-        current = self.changelog.resource_version
+            await self._changes.settled()
+        current = self._changes.resource_version
         if match == "Exact" and wanted != current:
             raise Gone(f"resourceVersion {wanted} is not the current one ({current}); only the"
                        " current state can be listed exactly")
@@ -137,19 +147,19 @@ class ReportService:
         try:
             return await coro
         except StoreError as err:
-            raise Unavailable(f"storage is unavailable: {err}", retry_after=1) from err
+            raise failures.api_error(err) from err
 
     async def get(self, rtype: ResourceType, namespace: str, name: str, *,
                   resource_version: str | None = None) -> JSON:
         await self._sync(resource_version, None, settle=False)
         # The cache holds every change after its floor: a key it holds is at
         # its latest version there, and ClickHouse is not asked.
-        change = self.changelog.latest((rtype.id, namespace, name))
+        change = self._changes.latest((rtype.id, namespace, name))
         if change is not None:
             if change.type == "DELETED":
                 raise not_found(rtype, name)
             return change.obj
-        await self.changelog.settled()
+        await self._changes.settled()
         stored = await self._guard(self._store.get(rtype.id, namespace, name))
         if stored is None:
             raise not_found(rtype, name)
@@ -172,7 +182,7 @@ class ReportService:
                 # served as of the token's version, which the cache has: no
                 # round trip to the log's end (a batch that ClickHouse has
                 # newer than the cache waits for it in _back_to)
-                await self.changelog.settled()
+                await self._changes.settled()
                 list_rv = token.resource_version
                 try:
                     snapshot = await self._as_of(query, list_rv, after)
@@ -191,7 +201,7 @@ class ReportService:
         the rest as they are now, the list as of ``rv``. Expired when that
         state is gone (the cache no longer reaches back to ``rv``, or
         ClickHouse merged an old version away)."""
-        first = self.changelog.first_changes(query.rtype.id, query.namespace, rv, after, upto)
+        first = self._changes.first_changes(query.rtype.id, query.namespace, rv, after, upto)
         out: dict[tuple[str, str], Item | None] = {}
         wanted = []
         for key, event in first.items():
@@ -264,7 +274,7 @@ class ReportService:
                     reading = read(upper)
                 merged: dict[tuple[str, str], Item | Cached] = {
                     (r.namespace, r.name): _stored(r) for r in rows}
-                for (_, ns, name), change in self.changelog.newest(
+                for (_, ns, name), change in self._changes.newest(
                         query.rtype.id, query.namespace, cursor, upper):
                     key = (ns, name)
                     have = merged.get(key)
@@ -295,8 +305,8 @@ class ReportService:
         newest = max((e.resource_version for e in merged.values()), default=0)
         if newest <= rv:
             return
-        if newest > self.changelog.resource_version:  # ClickHouse ahead of the cache
-            await self.changelog.wait_for(newest)
+        if newest > self._changes.resource_version:  # ClickHouse ahead of the cache
+            await self._changes.wait_for(newest)
         try:
             then = await self._as_of(query, rv, after, upto)
         except Expired:
@@ -313,19 +323,21 @@ class ReportService:
                 merged[key] = item
 
     # -- writes -----------------------------------------------------------
-    async def _write(self, *, dry_run: bool = False, **kwargs: Any) -> Written:
-        await self.changelog.admit()
-        with metrics.labelled(metrics.WRITE_COMMIT_SECONDS, kwargs.get("op", "")).time():
-            reply = await self._writer.submit(now=now_rfc3339(), dry_run=dry_run, **kwargs)
-        if reply.obj is not None and dry_run:
+    async def _write(self, request: WriteRequest) -> Written:
+        """Submit ``request``, taken now; answers once this frontend has read
+        its change (read-your-writes)."""
+        await self._changes.admit()
+        with metrics.labelled(metrics.WRITE_COMMIT_SECONDS, request.op).time():
+            reply = await self._writer.submit(replace(request, now=now_rfc3339()))
+        if reply.obj is not None and request.dry_run:
             return reply.obj
         replied = time.perf_counter()
         try:
             if reply.obj is None:
-                return await self.changelog.committed(
-                    (kwargs["resource"], kwargs["namespace"], kwargs["name"]),
+                return await self._changes.committed(
+                    (request.resource, request.namespace, request.name),
                     reply.resource_version)
-            await self.changelog.wait_for(reply.resource_version)
+            await self._changes.wait_for(reply.resource_version)
             return reply.obj
         finally:
             metrics.stage("visible").observe(
@@ -334,16 +346,16 @@ class ReportService:
     async def create(self, rtype: ResourceType, namespace: str, obj: JSON, *,
                      dry_run: bool = False, manager: str = "", applied: bool = False
                      ) -> Written:
-        return await self._write(op="create", resource=rtype.id, namespace=namespace,
-                                 name=obj["metadata"]["name"], obj=obj, dry_run=dry_run,
-                                 manager=manager, applied=applied)
+        return await self._write(WriteRequest(
+            op="create", resource=rtype.id, namespace=namespace, name=obj["metadata"]["name"],
+            obj=obj, dry_run=dry_run, manager=manager, applied=applied))
 
     async def update(self, rtype: ResourceType, namespace: str, name: str, obj: JSON, *,
                      dry_run: bool = False, manager: str = "", applied: bool = False
                      ) -> Written:
-        return await self._write(op="update", resource=rtype.id, namespace=namespace,
-                                 name=name, obj=obj, dry_run=dry_run, manager=manager,
-                                 applied=applied)
+        return await self._write(WriteRequest(
+            op="update", resource=rtype.id, namespace=namespace, name=name, obj=obj,
+            dry_run=dry_run, manager=manager, applied=applied))
 
     async def patch(self, rtype: ResourceType, namespace: str, name: str, *,
                     content_type: str, patch: Any, manager: str = "",
@@ -385,7 +397,7 @@ class ReportService:
                 return await self.update(rtype, namespace, name, obj, dry_run=dry_run,
                                          manager=manager,
                                          applied=content_type == patching.APPLY), False
-            except FromStatus as err:
+            except Refused as err:
                 if err.code != 409 or precondition:
                     raise
         raise Conflict(f'{rtype.plural}.{rtype.group} "{name}": too many concurrent writers;'
@@ -393,9 +405,9 @@ class ReportService:
 
     async def delete(self, rtype: ResourceType, namespace: str, name: str,
                      preconditions: JSON, *, dry_run: bool = False, finalizer: str = "") -> Written:
-        return await self._write(op="delete", resource=rtype.id, namespace=namespace,
-                                 name=name, preconditions=preconditions, dry_run=dry_run,
-                                 finalizer=finalizer)
+        return await self._write(WriteRequest(
+            op="delete", resource=rtype.id, namespace=namespace, name=name,
+            preconditions=preconditions, dry_run=dry_run, finalizer=finalizer))
 
     async def delete_collection(self, query: ListQuery, *, dry_run: bool = False,
                                 finalizer: str = "") -> tuple[int, list[JSON]]:
@@ -407,10 +419,10 @@ class ReportService:
                 deleted.append(as_json(await self.delete(
                     query.rtype, item.namespace, item.name, {}, dry_run=dry_run,
                     finalizer=finalizer)))
-            except FromStatus as err:
+            except Refused as err:
                 if err.code != 404:
                     raise
-        return self.changelog.resource_version, deleted
+        return self._changes.resource_version, deleted
 
     async def wait_for(self, wanted: int) -> None:
         """Wait (3 s at most, as kube-apiserver's cache does) until the cache
@@ -419,22 +431,22 @@ class ReportService:
         client-go's reflectors list afresh: a version from another store,
         e.g. the etcd the reports were migrated from, is one)."""
         try:
-            await self.changelog.wait_for(wanted, timeout=3)
+            await self._changes.wait_for(wanted, timeout=3)
         except Unavailable as err:
             raise Timeout(f"Too large resource version: {wanted}, current:"
-                          f" {self.changelog.resource_version}", retry_after=1,
+                          f" {self._changes.resource_version}", retry_after=1,
                           causes=[{"reason": "ResourceVersionTooLarge",
                                    "message": "Too large resource version"}]) from err
 
     # -- watch ------------------------------------------------------------
-    def subscribe(self, since: int, query: ListQuery) -> Any:
+    def subscribe(self, since: int, query: ListQuery) -> tuple[list[Event], Subscription]:
         try:
-            return self.changelog.subscribe(since, (query.rtype.id, query.namespace))
+            return self._changes.subscribe(since, (query.rtype.id, query.namespace))
         except Expired as err:
             raise Gone(str(err)) from err
 
-    def unsubscribe(self, subscription: Any) -> None:
-        self.changelog.unsubscribe(subscription)
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self._changes.unsubscribe(subscription)
 
 
 #: kube-apiserver's words for a continuation whose snapshot is gone

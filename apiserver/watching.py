@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver.changelog import Cached, Event
+from apiserver import failures
 from apiserver.errors import ApiError
 from apiserver.service import ListQuery, ReportService, parse_resource_version
+from pipeline.model.cache import Cached, Event
+from pipeline.model.storage import StorageError
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -74,6 +76,8 @@ async def stream(service: ReportService, query: ListQuery, options: WatchOptions
         return
     except ApiError as err:
         yield render("ERROR", err.status())
+    except StorageError as err:
+        yield render("ERROR", failures.api_error(err).status())
 
 
 async def _events(service: ReportService, query: ListQuery, options: WatchOptions,
@@ -90,8 +94,8 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
         since = None
     if initial or since is None:
         if rv_text in (None, ""):
-            await service.changelog.sync()
-        since = service.changelog.resource_version
+            await service.sync()
+        since = service.resource_version
     backlog, sub = service.subscribe(since, query)
     try:
         if initial:
@@ -102,11 +106,12 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
             if options.bookmarks and options.send_initial_events:
                 yield render("BOOKMARK", bookmark(query, since, initial_end=True))
         last = since
-        for event in backlog:
-            out = _visible(query, event, seen)
-            last = event.change.resource_version
+        for past in backlog:
+            out = _visible(query, past, seen)
+            last = past.change.resource_version
             if out is not None:
                 yield render(*out)
+        event: Event | None
         while True:
             try:
                 async with asyncio.timeout(options.bookmark_interval):
@@ -116,7 +121,7 @@ async def _events(service: ReportService, query: ListQuery, options: WatchOption
                     return
                 if options.bookmarks:
                     yield render("BOOKMARK", bookmark(query, max(
-                        last, service.changelog.resource_version)))
+                        last, service.resource_version)))
                 continue
             # Everything already queued goes out in one chunk: one write to the
             # connection however many events a busy moment brought.

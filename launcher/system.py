@@ -36,12 +36,10 @@ from starlette.types import ASGIApp
 
 from apiserver.app import Access, create_app
 from apiserver.authn import RequestHeaders
-from apiserver.changelog import ChangeLog
 from apiserver.httpprotocol import protocol
 from apiserver.responses import metrics_page
 from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
-from apiserver.writes import Writer
 from kubeclient import ConfigError, Target, target
 from launcher.agentprocess import AgentProcess, AgentStartError
 from launcher.broker import BrokerError, KafkaBroker
@@ -63,6 +61,8 @@ from pipeline.observe import metrics
 from pipeline.observe.lag import LagMonitor
 from pipeline.runtime import memory
 from pipeline.runtime.tasks import cancel
+from pipeline.serving.changelog import ChangeLog
+from pipeline.serving.writes import Writer
 from pipeline.settings import Settings
 from pipeline.worker import build_committer
 

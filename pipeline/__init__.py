@@ -13,6 +13,8 @@ write goes through.
   arithmetic (pure), ``agent`` the Faust agent's tables and windows.
 - ``kafka`` and ``clickhouse``: the adapters (aiokafka and Faust;
   clickhouse-connect), knowing no stage.
+- ``serving``: the frontend's adapters (the change-log cache, the write
+  submitter), implementing the ports ``apiserver.ports`` defines.
 - ``observe``: metrics and the readers' lag; ``runtime``: process plumbing.
 - ``settings`` is read once per process; ``worker`` wires the Faust app.
 

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from pipeline.model.resources import ResourceType
+from pipeline.model.versions import Progress
 from reportsamples.reports import SAMPLE
 
 
@@ -47,3 +48,13 @@ def collection_path(rtype: ResourceType, namespace: str | None) -> str:
     if rtype.namespaced and namespace is not None:
         return f"{base}/namespaces/{namespace}/{rtype.plural}"
     return f"{base}/{rtype.plural}"
+
+
+class NothingMaterialized:
+    """ClickHouse as the change-log cache asks it, with nothing materialized."""
+
+    async def progress(self, topic: str, partition: int = 0) -> Progress | None:
+        return None
+
+    async def watermark(self) -> int:
+        return 0

@@ -13,17 +13,10 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
 
 from pipeline.clickhouse.connection import Connection, StoreError, reason, where
+from pipeline.model.storage import AnalyticsTimeout, QueryError
 from pipeline.observe import metrics
 from pipeline.runtime.logs import quiet
 from pipeline.settings import Settings
-
-
-class QueryError(ValueError):
-    """An analyst's query was refused or failed."""
-
-
-class AnalyticsTimeout(QueryError):
-    """An analytics query ran longer than it may."""
 
 
 def _analytics_error(err: Exception, settings: Settings) -> QueryError:

@@ -24,16 +24,13 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from pipeline.model.storage import StoreError
 from pipeline.observe import metrics
 from pipeline.runtime.logs import quiet
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class StoreError(RuntimeError):
-    """ClickHouse could not do what was asked."""
 
 
 def reason(err: Exception) -> str:

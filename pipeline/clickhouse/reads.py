@@ -5,23 +5,14 @@ asks for; and the latest state of keys, which the committer recovers from."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
 from pipeline.clickhouse.coalesce import Coalesced
 from pipeline.clickhouse.connection import Connection
+from pipeline.model.storage import StoredObject
 from pipeline.model.versions import Current
-
-
-@dataclass(frozen=True)
-class StoredObject:
-    resource_version: int
-    namespace: str
-    name: str
-    #: the object's JSON as stored
-    raw: str | bytes
 
 
 async def current(connection: Connection, keys: Iterable[tuple[str, str, str]]

@@ -35,15 +35,22 @@ def _loads(raw: bytes) -> JSON:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WriteRequest:
-    id: str
+    """A write the frontend asks the committer to decide: what it builds and
+    hands its ``WriteSubmitter`` (``apiserver.ports``), and what the requests
+    topic carries."""
+
     op: Op
     resource: str
     namespace: str
     name: str
-    reply_to: str
-    now: str
+    #: when the frontend submitted the write (RFC 3339; the object's
+    #: timestamps), the request's id (its reply carries it) and the topic that
+    #: reply goes to: each set as the request is sent.
+    now: str = ""
+    id: str = ""
+    reply_to: str = ""
     obj: JSON | None = None
     preconditions: JSON = field(default_factory=dict)
     #: Decide and answer, but commit nothing (``dryRun=All``).

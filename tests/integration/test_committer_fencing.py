@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from aiokafka.errors import ProducerFenced
 
-from apiserver.errors import FromStatus
-from apiserver.writes import Writer
 from pipeline.clickhouse.connection import Connection
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.service import CommitService, Fenced, NotDecided, _Local
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import Change, Reply, WriteRequest
 from pipeline.model.resources import RESOURCES
+from pipeline.model.storage import Refused
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
+from pipeline.serving.writes import Writer
 from pipeline.settings import Settings
 from pipeline.worker import build_committer
 from tests.helpers import report
@@ -117,9 +117,9 @@ async def test_the_group_hands_the_partition_to_the_next_committer(
             await s.start()
 
         async def write(name: str) -> Reply:
-            return await writer.submit(op="create", resource=POLR.id, namespace="ns",
-                                       name=name, now="2026-11-22T00:00:00Z",
-                                       obj=report(POLR, name, "ns"))
+            return await writer.submit(WriteRequest(
+                op="create", resource=POLR.id, namespace="ns", name=name,
+                now="2026-11-22T00:00:00Z", obj=report(POLR, name, "ns")))
         first = await write("before")
         owners = [s for s in services if s.committed]
         assert len(owners) == 1, "exactly one committer decided the write"
@@ -162,19 +162,19 @@ async def test_a_committer_in_process_takes_writes_without_the_topics(
     await remote.start()
     try:
         async def write(w: Writer, name: str, **kwargs: Any) -> Reply:
-            return await w.submit(**{"op": "create", "resource": POLR.id, "namespace": "ns",
-                                     "name": name, "now": "2026-11-22T00:00:00Z",
-                                     "obj": report(POLR, name, "ns"), **kwargs})
+            return await w.submit(WriteRequest(**{
+                "op": "create", "resource": POLR.id, "namespace": "ns", "name": name,
+                "now": "2026-11-22T00:00:00Z", "obj": report(POLR, name, "ns"), **kwargs}))
         made = await write(writer, "a")
         assert made.status is None and made.resource_version > EMPTY_RESOURCE_VERSION
-        with pytest.raises(FromStatus) as refused:
+        with pytest.raises(Refused) as refused:
             await write(writer, "a")
-        assert refused.value.reason == "AlreadyExists"
+        assert refused.value.status["reason"] == "AlreadyExists"
         stale = report(POLR, "a", "ns")
         stale["metadata"]["resourceVersion"] = str(made.resource_version - 1)
-        with pytest.raises(FromStatus) as refused:
+        with pytest.raises(Refused) as refused:
             await write(writer, "a", op="update", obj=stale)
-        assert refused.value.reason == "Conflict"
+        assert refused.value.status["reason"] == "Conflict"
         dry = await write(writer, "b", dry_run=True)
         assert dry.obj is not None and dry.obj["metadata"]["name"] == "b"
         assert svc.committed == 4, "one transaction each: the change; the offset alone for the rest"

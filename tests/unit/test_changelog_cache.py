@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.changelog import Cached, ChangeLog, Event
-from apiserver.errors import Unavailable
-from pipeline.clickhouse.connection import Connection
-from pipeline.clickhouse.progress import ProgressReads
+from pipeline.model.cache import Cached, Event
 from pipeline.model.messages import Change
+from pipeline.model.storage import Unavailable
+from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
+from tests.helpers import NothingMaterialized
 
 
 def _cache(size: int = 10) -> ChangeLog:
-    settings = Settings(watch_cache_size=size)
-    return ChangeLog(settings, store=ProgressReads(Connection(settings)), bootstrap="")
+    return ChangeLog(Settings(watch_cache_size=size), store=NothingMaterialized(),
+                     bootstrap="")
 
 
 def _event(name: str, rv: int, etype: str = "MODIFIED") -> Event:

@@ -8,17 +8,17 @@ import asyncio
 
 import pytest
 
-from apiserver.changelog import Cached, ChangeLog, Event
-from apiserver.errors import Unavailable
-from pipeline.clickhouse.connection import Connection
-from pipeline.clickhouse.progress import ProgressReads
+from pipeline.model.cache import Cached, Event
 from pipeline.model.messages import Change
+from pipeline.model.storage import Unavailable
+from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
+from tests.helpers import NothingMaterialized
 
 
 def _cache() -> ChangeLog:
-    settings = Settings(watch_cache_size=100)
-    return ChangeLog(settings, store=ProgressReads(Connection(settings)), bootstrap="")
+    return ChangeLog(Settings(watch_cache_size=100), store=NothingMaterialized(),
+                     bootstrap="")
 
 
 def _read(log: ChangeLog, *versions: int) -> None:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
-from apiserver.changelog import ChangeLog
 from pipeline.clickhouse.changes import ChangeWrites
 from pipeline.clickhouse.connection import Connection
-from pipeline.clickhouse.progress import ProgressReads
 from pipeline.kafka.published import Entry, Published
 from pipeline.materialize.consumer import Materializer
 from pipeline.model.messages import Change, change_headers
+from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
+from tests.helpers import NothingMaterialized
 
 
 def change(rv: int, name: str = "r") -> Change:
@@ -88,10 +88,8 @@ def test_an_offset_seen_before_starts_afresh() -> None:
 def test_the_frontends_cache_and_the_materializer_take_them() -> None:
     published = Published()
     settings = Settings()
-    clickhouse = Connection(settings)  # never asked
-    cache = ChangeLog(settings, store=ProgressReads(clickhouse), bootstrap="",
-                      published=published)
-    materializer = Materializer(settings, store=ChangeWrites(clickhouse), bootstrap="",
+    cache = ChangeLog(settings, store=NothingMaterialized(), bootstrap="", published=published)
+    materializer = Materializer(settings, store=ChangeWrites(Connection(settings)), bootstrap="",
                                 published=published)
     [c] = publish(published, 5)
     assert cache._changes.change(record(5, c)) is c

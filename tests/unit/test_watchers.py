@@ -4,8 +4,9 @@ other namespaces or resources (each would wake for every change)."""
 
 from __future__ import annotations
 
-from apiserver.changelog import Cached, Event, Subscription, Watchers
+from pipeline.model.cache import Cached, Event, Subscription
 from pipeline.model.messages import Change
+from pipeline.serving.changelog import Watchers
 
 
 def _event(resource: str, namespace: str, name: str, rv: int) -> Event:

@@ -9,16 +9,16 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from apiserver.errors import FromStatus, Unavailable
 from pipeline.commit.service import NotDecided, OutcomeUnknown, Stalled
 from pipeline.kafka import client as kafka
 from pipeline.model.messages import DecodeError, Reply, WriteRequest
 from pipeline.model.objects import object_key
+from pipeline.model.storage import Refused, Unavailable
 from pipeline.model.topics import PARTITION
 from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
@@ -84,22 +84,16 @@ class Writer:
                 except DecodeError as err:
                     fut.set_exception(err)
 
-    async def submit(self, *, op: str, resource: str, namespace: str, name: str, now: str,
-                     obj: dict[str, Any] | None = None,
-                     preconditions: dict[str, Any] | None = None, dry_run: bool = False,
-                     finalizer: str = "", manager: str = "", applied: bool = False) -> Reply:
+    async def submit(self, request: WriteRequest) -> Reply:
         """Ask the committer for a write; returns its successful reply or raises
-        the error it decided."""
-        req = WriteRequest(id=str(uuid.uuid4()), op=op, resource=resource,  # type: ignore[arg-type]
-                           namespace=namespace, name=name, reply_to=self._settings.replies_topic,
-                           now=now, obj=obj, preconditions=preconditions or {},
-                           dry_run=dry_run, finalizer=finalizer, manager=manager,
-                           applied=applied)
+        the error it decided (Refused), or Unavailable. The request is sent
+        under an id of its own, its answer to this frontend's replies topic."""
+        req = replace(request, id=str(uuid.uuid4()), reply_to=self._settings.replies_topic)
         reply = await self._hand_over(req)
         if reply is None:
             reply = await self._publish(req)
         if reply.status is not None:
-            raise FromStatus(reply.status)
+            raise Refused(reply.status)
         return reply
 
     async def _hand_over(self, req: WriteRequest) -> Reply | None:
