@@ -11,12 +11,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from apiserver.errors import FromStatus, Unavailable
 from pipeline.commit.service import NotDecided, OutcomeUnknown, Stalled
 from pipeline.kafka import client as kafka
+from pipeline.kafka.tail import Tail
 from pipeline.model.messages import DecodeError, Reply, WriteRequest
 from pipeline.model.objects import object_key
 from pipeline.model.topics import PARTITION
@@ -36,7 +37,7 @@ class Writer:
         self._bootstrap = bootstrap
         self._local = local
         self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
+        self._tail: Tail | None = None
         self._pending: dict[str, asyncio.Future[Reply]] = {}
         self._task: asyncio.Task[None] | None = None
         self._tp = TopicPartition(settings.replies_topic, 0)
@@ -49,11 +50,10 @@ class Writer:
                                           compression_type=kafka.COMPRESSION,
                                           request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
         await self._producer.start()
-        self._consumer = kafka.follower(self._bootstrap)
-        await self._consumer.start()
-        self._consumer.assign([self._tp])
-        await self._consumer.seek_to_end(self._tp)
-        await self._consumer.position(self._tp)
+        self._tail = Tail(kafka.follower(self._bootstrap), self._tp)
+        await self._tail.start()
+        self._tail.assign()
+        await self._tail.seek_to_end()
         self._task = asyncio.create_task(self._run(), name="replies")
 
     async def stop(self) -> None:
@@ -62,19 +62,13 @@ class Writer:
             fut.cancel()
         if self._producer is not None:
             await self._producer.stop()
-        if self._consumer is not None:
-            await self._consumer.stop()
+        if self._tail is not None:
+            await self._tail.stop()
 
     async def _run(self) -> None:
-        assert self._consumer is not None
-        while True:
-            try:
-                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
-            except KafkaError:
-                log.exception("reading replies failed; retrying")
-                await asyncio.sleep(1)
-                continue
-            for record in batch.get(self._tp, []):
+        assert self._tail is not None
+        async for records in self._tail.follow(what="replies", log=log):
+            for record in records:
                 rid = (record.key or b"").decode()
                 fut = self._pending.get(rid)
                 if fut is None or fut.done():

@@ -49,6 +49,7 @@ from kubeclient import APIError, KubeClientError
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
 from pipeline.kafka import client as kafka
 from pipeline.kafka import retries, transactions
+from pipeline.kafka.tail import Tail
 from pipeline.model.messages import Change
 from pipeline.observe import metrics
 from pipeline.settings import Settings
@@ -578,22 +579,14 @@ async def _caught_up(watchers: list[Watcher], log: list[tuple[int, Change]], hea
 # -- the checks --------------------------------------------------------------
 async def read_log(settings: Settings, bootstrap: str) -> list[tuple[int, Change]]:
     """Every committed change, with its offset, in log order."""
-    tp = TopicPartition(settings.changes_topic, 0)
-    reader = kafka.consumer(bootstrap)
-    await reader.start()
     out: list[tuple[int, Change]] = []
-    try:
-        reader.assign([tp])
-        await reader.seek_to_beginning(tp)
-        end = (await reader.end_offsets([tp]))[tp]
-        while await reader.position(tp) < end:
-            batch = await reader.getmany(tp, timeout_ms=1000)
-            for record in batch.get(tp, []):
+    async with Tail(kafka.consumer(bootstrap),
+                    TopicPartition(settings.changes_topic, 0)) as tail:
+        async for records in tail.everything():
+            for record in records:
                 change = kafka.change_from_record(record)
                 if change is not None:
                     out.append((record.offset, change))
-    finally:
-        await reader.stop()
     return out
 
 

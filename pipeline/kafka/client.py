@@ -27,6 +27,7 @@ from faust.types import TP, FutureMessage, ProducerT
 
 from pipeline.kafka import transactions
 from pipeline.kafka.offsets import Handed
+from pipeline.kafka.tail import Tail
 from pipeline.model import topics
 from pipeline.model.messages import (
     PREVIOUS_HEADER,
@@ -542,22 +543,21 @@ def change_from_record(record: Any) -> Change | None:
         return None
 
 
-async def start_offset(reader: AIOKafkaConsumer, tp: TopicPartition,
-                       progress: Progress | None) -> tuple[int, int]:
-    """First offset of ``tp`` not yet materialized in ClickHouse, and the
-    log's end; ``reader`` is left assigned to ``tp`` only.
+async def start_offset(tail: Tail, progress: Progress | None) -> tuple[int, int]:
+    """First offset of the change log ``tail`` reads not yet materialized in
+    ClickHouse, and the log's end; ``tail``'s partition is assigned to its
+    consumer.
 
     ``progress`` names the last materialized record. When the log no longer
     holds it, either retention removed it (everything left is newer, and any
     change removed before it was materialized is lost: the log must outlast
     materializer outages) or the topic was recreated; reading starts at the
-    log's beginning. Offsets are asked for before ``reader`` is assigned: an
-    assigned consumer has a fetch pending, and the broker answers a
+    log's beginning. Offsets are asked for before the partition is assigned:
+    an assigned consumer has a fetch pending, and the broker answers a
     connection's requests in order.
     """
-    begin = (await reader.beginning_offsets([tp]))[tp]
-    end = (await reader.end_offsets([tp]))[tp]
-    reader.assign([tp])
+    begin, end = await tail.bounds()
+    tail.assign()
     if progress is None:
         return begin, end
     if progress.offset < begin:
@@ -569,9 +569,8 @@ async def start_offset(reader: AIOKafkaConsumer, tp: TopicPartition,
         log.error("the change log ends at offset %d, before the last materialized change"
                   " (%d): was the topic recreated?", end, progress.offset)
         return begin, end
-    reader.seek(tp, progress.offset)
-    batch = await reader.getmany(tp, timeout_ms=5000, max_records=1)
-    records = batch.get(tp) or []
+    tail.seek(progress.offset)
+    records = await tail.read(timeout_ms=5000, max_records=1)
     if records and records[0].offset == progress.offset:
         change = change_from_record(records[0])
         if change is not None and change.resource_version == progress.resource_version:
@@ -586,19 +585,13 @@ async def read_tail(settings: Settings, bootstrap: str, progress: Progress | Non
     """Every committed change in the log that ClickHouse may not have yet
     (read in a take-over: a broker that stopped answering holds it
     QUICK_REQUEST_TIMEOUT_MS, not REQUEST_TIMEOUT_MS)."""
-    reader = follower(bootstrap)
-    await reader.start()
-    try:
-        tp = TopicPartition(settings.changes_topic, 0)
-        offset, end = await start_offset(reader, tp, progress)
-        reader.seek(tp, offset)
+    async with Tail(follower(bootstrap), TopicPartition(settings.changes_topic, 0)) as tail:
+        offset, end = await start_offset(tail, progress)
+        tail.seek(offset)
         out: list[Change] = []
-        while await reader.position(tp) < end:
-            batch = await reader.getmany(tp, timeout_ms=1000)
-            for record in batch.get(tp, []):
+        async for records in tail.to_end(end):
+            for record in records:
                 change = change_from_record(record)
                 if change is not None:
                     out.append(change)
         return out
-    finally:
-        await reader.stop()
