@@ -41,6 +41,7 @@ from aiokafka.structs import OffsetAndMetadata
 from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer, IncompleteLog
 from pipeline.kafka import client as kafka
+from pipeline.kafka import internals
 from pipeline.kafka.published import Entry, Published
 from pipeline.kafka.transactions import CoordinatorView
 from pipeline.model.messages import Change, DecodeError, Reply, WriteRequest, change_headers
@@ -262,13 +263,13 @@ class CommitService:
         self._hook(producer)
         try:
             # The producer id and epoch (InitProducerId): this is the fencing step.
-            await _alive(producer, producer._txn_manager.wait_for_pid(),
+            await _alive(producer, internals.wait_for_producer_id(producer),
                          self._settings.write_timeout, "InitProducerId")
             step("InitProducerId")
+            producer_id, epoch = internals.producer_identity(producer)
             for ended in await kafka.end_hanging(
                     self._settings, self._bootstrap, self._before[0],
-                    producer_id=producer._txn_manager.producer_id,
-                    epoch=producer._txn_manager.producer_epoch):
+                    producer_id=producer_id, epoch=epoch):
                 log.warning("%s: its coordinator had finished it, but its marker never"
                             " reached the partition", ended)
             step("hanging transactions")
@@ -424,14 +425,10 @@ class CommitService:
     def _hook(self, producer: AIOKafkaProducer) -> None:
         """Learn when ``producer``'s transaction has the change log's partition
         (aiokafka tells no one: its transaction manager is told, here)."""
-        manager = producer._txn_manager
-        added = manager.partition_added
-
         def partition_added(tp: TopicPartition) -> None:
-            added(tp)
             if tp == self._changes:
                 self._added.set()
-        manager.partition_added = partition_added
+        internals.on_partition_added(producer, partition_added)
 
     async def _begin(self, replies: set[TopicPartition]) -> None:
         """Begin the batch's transaction and wait until the change log's
@@ -448,9 +445,9 @@ class CommitService:
         await producer.begin_transaction()
         self._added.clear()
         for tp in (self._changes, *replies):
-            producer._txn_manager.maybe_add_partition_to_txn(tp)
+            internals.add_partition(producer, tp)
         added = asyncio.ensure_future(self._added.wait())
-        sender = producer._sender.sender_task
+        sender = internals.sender_task(producer)
         try:
             await asyncio.wait((added, sender), timeout=FAILOVER_SECONDS,
                                return_when=asyncio.FIRST_COMPLETED)
@@ -480,7 +477,7 @@ class CommitService:
         sent: list[asyncio.Future[Any]] = []
         changes: list[tuple[bytes, Change]] = []
         try:
-            if not producer._txn_manager.is_in_transaction():
+            if not internals.in_transaction(producer):
                 await producer.begin_transaction()
             for d in decisions:
                 if d.change is not None:
@@ -554,7 +551,7 @@ async def _alive(producer: AIOKafkaProducer, step: Awaitable[Any], timeout: floa
     waiting on it would wait for ever; so would a commit whose records find
     too few replicas in sync. A new producer starts over (its
     InitProducerId ends what this one left open)."""
-    sender = producer._sender.sender_task
+    sender = internals.sender_task(producer)
     task = asyncio.ensure_future(step)
     try:
         done, _ = await asyncio.wait((task, sender), timeout=timeout,

@@ -6,26 +6,22 @@ stopped.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.conn import AIOKafkaConnection, CloseReason
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
-from aiokafka.producer import sender as aiokafka_sender
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from faust.types import TP, FutureMessage, ProducerT
 
-from pipeline.kafka import transactions
+from pipeline.kafka import internals, transactions
 from pipeline.kafka.offsets import Handed
 from pipeline.kafka.tail import Tail
 from pipeline.model import topics
@@ -65,31 +61,9 @@ ISOLATION = "read_committed"
 #: does the same), which every transaction begun right after another, that is
 #: every transaction of a busy committer, would wait.
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.002
-aiokafka_sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
-
-
-def _send(send: Callable[..., Any]) -> Callable[..., Any]:
-    """aiokafka's request send, with a write on a connection already closed
-    failing as a broken connection (KafkaConnectionError, which every caller
-    retries). aiokafka expects OSError there; uvloop raises RuntimeError
-    ("the handler is closed"), which ended a client's metadata task for good
-    when two brokers were lost at once: every request of that client waited
-    for metadata that never came, and the frontend answered 503 "Kafka is
-    unavailable" with all three brokers back."""
-    @functools.wraps(send)
-    def sending(self: AIOKafkaConnection, request: Any, expect_response: bool = True) -> Any:
-        try:
-            return send(self, request, expect_response)
-        except RuntimeError as err:
-            if "closed" not in str(err):
-                raise
-            self.close(reason=CloseReason.CONNECTION_BROKEN)
-            raise KafkaConnectionError(
-                f"Connection at {self._host}:{self._port} closed: {err}") from err
-    return sending
-
-
-AIOKafkaConnection.send = _send(AIOKafkaConnection.send)
+internals.set_concurrent_transactions_backoff(CONCURRENT_TRANSACTIONS_BACKOFF_S)
+# (uvloop) a write on a connection already closed fails as a broken connection
+internals.fail_closed_writes_as_broken_connections()
 
 #: Where Kafka keeps consumer groups' offsets.
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -142,9 +116,9 @@ class ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
-        consumer._isolation_level = ISOLATION
-        consumer._fetch_min_bytes = BULK_FETCH_MIN_BYTES
-        consumer._fetch_max_wait_ms = BULK_FETCH_WAIT_MS
+        internals.set_fetching(consumer, isolation_level=ISOLATION,
+                               fetch_min_bytes=BULK_FETCH_MIN_BYTES,
+                               fetch_max_wait_ms=BULK_FETCH_WAIT_MS)
         return consumer
 
 
@@ -218,11 +192,11 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
         not noted: ``_new_offset`` does not need them."""
         callback = self.callback
         getmany = self.getmany
-        consumer_stopped = self._stopped.is_set
-        fetcher_stopped = fetcher._stopped.is_set
+        consumer_stopped = internals.stopped(self)
+        fetcher_stopped = internals.stopped(fetcher)
         flow_suspended = self.suspend_flow.is_set
         flow_active = self.app.flow_control.is_active
-        channels = cast(Any, self.app.topics)._topic_name_index
+        channels = internals.channels_by_topic(self.app)
         read_offset = self._read_offset
         commit_every = self._commit_every
         acked = self.app.topics.acks_enabled_for
