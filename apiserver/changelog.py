@@ -25,7 +25,7 @@ from sortedcontainers import SortedDict
 
 from apiserver.errors import Unavailable
 from pipeline.clickhouse.store import ReportStore
-from pipeline.kafka import client as kafka
+from pipeline.kafka import changelog, clientconfig
 from pipeline.kafka.published import Published, reader_of
 from pipeline.kafka.tail import Tail
 from pipeline.model.messages import Change
@@ -180,16 +180,16 @@ class ChangeLog:
         return self._rv
 
     async def start(self) -> None:
-        self._offsets = kafka.consumer(self._bootstrap)
+        self._offsets = clientconfig.consumer(self._bootstrap)
         await self._offsets.start()
-        self._tail = Tail(kafka.follower(self._bootstrap,
-                                         max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES),
+        self._tail = Tail(clientconfig.follower(self._bootstrap,
+                                         max_partition_fetch_bytes=clientconfig.MAX_REQUEST_BYTES),
                           self._tp)
         await self._tail.start()
         progress = await self._store.progress(self._settings.changes_topic)
         self._watermark = await self._store.watermark()
         self._rv = max(self._watermark, EMPTY_RESOURCE_VERSION)
-        start, _ = await kafka.start_offset(self._tail, progress)
+        start, _ = await changelog.start_offset(self._tail, progress)
         if progress is not None and start == progress.offset + 1:
             self._floor = progress.resource_version
         self._history = max(self._floor, self._watermark)

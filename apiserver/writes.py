@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError
 
 from apiserver.errors import FromStatus, Unavailable
 from pipeline.commit.service import NotDecided, OutcomeUnknown, Stalled
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
 from pipeline.kafka.tail import Tail
 from pipeline.model.messages import DecodeError, Reply, WriteRequest
 from pipeline.model.objects import object_key
@@ -45,12 +45,12 @@ class Writer:
     async def start(self) -> None:
         self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all",
                                           enable_idempotence=True, linger_ms=0,
-                                          max_batch_size=kafka.MAX_BATCH_BYTES,
-                                          max_request_size=kafka.MAX_REQUEST_BYTES,
-                                          compression_type=kafka.COMPRESSION,
-                                          request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
+                                          max_batch_size=clientconfig.MAX_BATCH_BYTES,
+                                          max_request_size=clientconfig.MAX_REQUEST_BYTES,
+                                          compression_type=clientconfig.COMPRESSION,
+                                          request_timeout_ms=clientconfig.REQUEST_TIMEOUT_MS)
         await self._producer.start()
-        self._tail = Tail(kafka.follower(self._bootstrap), self._tp)
+        self._tail = Tail(clientconfig.follower(self._bootstrap), self._tp)
         await self._tail.start()
         self._tail.assign()
         await self._tail.seek_to_end()

@@ -47,8 +47,7 @@ from bench.traffic import Driver, Run, closed_loop
 from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
 from kubeclient import APIError, KubeClientError
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
-from pipeline.kafka import client as kafka
-from pipeline.kafka import retries, transactions
+from pipeline.kafka import changelog, clientconfig, retries, transactions
 from pipeline.kafka.tail import Tail
 from pipeline.model.messages import Change
 from pipeline.observe import metrics
@@ -354,8 +353,8 @@ class KafkaView:
         replica in sync of those partitions (an acknowledged write waits for
         each until Kafka drops a dead one from the set)."""
         wanted = {self.settings.requests_topic: 0, self.settings.changes_topic: 0}
-        internal = {kafka.TRANSACTIONS_TOPIC: self.settings.committer_transactional_id,
-                    kafka.OFFSETS_TOPIC: self.settings.committer_group}
+        internal = {clientconfig.TRANSACTIONS_TOPIC: self.settings.committer_transactional_id,
+                    clientconfig.OFFSETS_TOPIC: self.settings.committer_group}
         topics = await admin.describe_topics([*wanted, *internal])
         roles: dict[str, int] = {}
         for t in topics:
@@ -580,11 +579,11 @@ async def _caught_up(watchers: list[Watcher], log: list[tuple[int, Change]], hea
 async def read_log(settings: Settings, bootstrap: str) -> list[tuple[int, Change]]:
     """Every committed change, with its offset, in log order."""
     out: list[tuple[int, Change]] = []
-    async with Tail(kafka.consumer(bootstrap),
+    async with Tail(clientconfig.consumer(bootstrap),
                     TopicPartition(settings.changes_topic, 0)) as tail:
         async for records in tail.everything():
             for record in records:
-                change = kafka.change_from_record(record)
+                change = changelog.change_from_record(record)
                 if change is not None:
                     out.append((record.offset, change))
     return out

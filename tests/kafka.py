@@ -15,7 +15,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from launcher.broker import KafkaBroker
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
 from pipeline.kafka.tail import Tail
 
 
@@ -39,7 +39,7 @@ def running_broker(root: Path, *, timeout: float = 180) -> Iterator[str]:
 async def committed(bootstrap: str, topic: str) -> list[Any]:
     """Every committed record of ``topic``'s partition 0, in order."""
     out: list[Any] = []
-    async with Tail(kafka.consumer(bootstrap), TopicPartition(topic, 0)) as tail:
+    async with Tail(clientconfig.consumer(bootstrap), TopicPartition(topic, 0)) as tail:
         async for records in tail.everything():
             out.extend(records)
     return out

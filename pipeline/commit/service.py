@@ -40,8 +40,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer, IncompleteLog
-from pipeline.kafka import client as kafka
-from pipeline.kafka import internals
+from pipeline.kafka import clientconfig, internals, txnchecks
 from pipeline.kafka.published import Entry, Published
 from pipeline.kafka.transactions import CoordinatorView
 from pipeline.model.messages import Change, DecodeError, Reply, WriteRequest, change_headers
@@ -154,13 +153,14 @@ class CommitService:
         self.fenced = 0
 
     async def start(self) -> None:
-        self._consumer = kafka.consumer(
+        self._consumer = clientconfig.consumer(
             self._bootstrap, group_id=self._settings.committer_group,
             auto_offset_reset="earliest", max_poll_records=MAX_BATCH,
-            session_timeout_ms=kafka.GROUP_SESSION_TIMEOUT_MS,
-            rebalance_timeout_ms=kafka.GROUP_REBALANCE_TIMEOUT_MS, heartbeat_interval_ms=3000,
+            session_timeout_ms=clientconfig.GROUP_SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms=clientconfig.GROUP_REBALANCE_TIMEOUT_MS,
+            heartbeat_interval_ms=3000,
             group_instance_id=self._settings.instance_id or None,
-            max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES)
+            max_partition_fetch_bytes=clientconfig.MAX_REQUEST_BYTES)
         await self._consumer.start()
         self._consumer.subscribe([self._tp.topic], listener=_Ownership(self))
         self._task = asyncio.create_task(self._run(), name="committer")
@@ -246,7 +246,7 @@ class CommitService:
             # How the coordinator ended the earlier producer's last transaction
             # is known only until this one's InitProducerId; kept until a
             # take-over gets through.
-            self._before = (await kafka.committer_view(self._settings, self._bootstrap),)
+            self._before = (await txnchecks.committer_view(self._settings, self._bootstrap),)
             step("coordinator's view")
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True,
@@ -256,9 +256,10 @@ class CommitService:
             # one's markers (CONCURRENT_TRANSACTIONS) are retried after this,
             # 100 ms by default, which the slowest writes waited for
             retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS, linger_ms=0,
-            max_batch_size=kafka.MAX_BATCH_BYTES,
-            max_request_size=kafka.MAX_REQUEST_BYTES, compression_type=kafka.COMPRESSION,
-            request_timeout_ms=kafka.QUICK_REQUEST_TIMEOUT_MS)
+            max_batch_size=clientconfig.MAX_BATCH_BYTES,
+            max_request_size=clientconfig.MAX_REQUEST_BYTES,
+            compression_type=clientconfig.COMPRESSION,
+            request_timeout_ms=clientconfig.QUICK_REQUEST_TIMEOUT_MS)
         await producer.start()
         self._hook(producer)
         try:
@@ -267,13 +268,13 @@ class CommitService:
                          self._settings.write_timeout, "InitProducerId")
             step("InitProducerId")
             producer_id, epoch = internals.producer_identity(producer)
-            for ended in await kafka.end_hanging(
+            for ended in await txnchecks.end_hanging(
                     self._settings, self._bootstrap, self._before[0],
                     producer_id=producer_id, epoch=epoch):
                 log.warning("%s: its coordinator had finished it, but its marker never"
                             " reached the partition", ended)
             step("hanging transactions")
-            await kafka.wait_no_open_transactions(self._settings, self._bootstrap)
+            await txnchecks.wait_no_open_transactions(self._settings, self._bootstrap)
             step("open transactions")
             await self._committer.recover()
             step("recovery")
@@ -314,7 +315,7 @@ class CommitService:
                 raise
             except Fenced:
                 log.warning("another committer took over; this one stands down")
-            except kafka.OpenTransaction as err:
+            except txnchecks.OpenTransaction as err:
                 log.error("cannot take over as the committer: %s", err)
             except Exception as err:
                 if isinstance(err, KafkaError | IncompleteLog):  # said in full: no traceback

@@ -5,7 +5,7 @@ The libraries promise none of these, and an upgrade may rename or remove any
 of them: ``tests/unit/test_library_internals.py`` pins each on the installed
 versions, so such an upgrade fails there rather than in production. Nothing
 else reaches into another object's private attributes; the Faust subclasses
-of ``pipeline.kafka.client`` override Faust's own hooks and state, which the
+of ``pipeline.kafka.transport`` override Faust's own hooks and state, which the
 same test pins.
 """
 
@@ -23,7 +23,7 @@ from aiokafka.producer import sender as aiokafka_sender
 from faust.types import AppT, ChannelT
 
 # -- aiokafka: patches of the library itself, made once at import by
-# -- pipeline.kafka.client
+# -- pipeline.kafka.clientconfig
 
 
 def set_concurrent_transactions_backoff(seconds: float) -> None:

@@ -6,7 +6,7 @@ Every reader of a single partition it assigns itself reads this way: the
 frontend's change-log cache and its replies, a take-over's read of the change
 log's tail, and whole-topic reads of benches and tests. Whether it sees only
 committed records is its consumer's setting (``read_committed``, as every
-consumer of ``pipeline.kafka.client``). A follower stops when its task is
+consumer of ``pipeline.kafka.clientconfig``). A follower stops when its task is
 cancelled.
 """
 

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 from pipeline.aggregate import counts as aggregate
 from pipeline.aggregate.agent import Aggregator, Topics
 from pipeline.clickhouse.store import ReportStore
-from pipeline.kafka import client as kafka_adapter
+from pipeline.kafka import topicadmin
 from pipeline.model import objects
 from pipeline.model.messages import Change
 from pipeline.model.resources import RESOURCES
@@ -35,7 +35,7 @@ async def counts(store: ReportStore) -> list[tuple[Any, ...]]:
 async def test_counts_after_a_restart_carry_the_last_applied_version(
         make_settings, data_dir: Path, kafka: str, materialized: int) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings()
-    await kafka_adapter.ensure_topics(settings, kafka)
+    await topicadmin.ensure_topics(settings, kafka)
     store = ReportStore(settings, data_dir=data_dir)
     await store.start()
     producer = AIOKafkaProducer(bootstrap_servers=kafka)

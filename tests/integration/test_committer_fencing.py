@@ -19,7 +19,7 @@ from apiserver.errors import FromStatus
 from apiserver.writes import Writer
 from pipeline.clickhouse.store import ReportStore
 from pipeline.commit.service import CommitService, Fenced, NotDecided, _Local
-from pipeline.kafka import client as kafka
+from pipeline.kafka import topicadmin
 from pipeline.model.messages import Change, Reply, WriteRequest
 from pipeline.model.resources import RESOURCES
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION
@@ -38,7 +38,7 @@ async def pipeline_parts(make_settings: Callable[..., Settings], data_dir: Path
     settings = make_settings()
     store = ReportStore(settings, data_dir=data_dir)
     await store.start()
-    await kafka.ensure_topics(settings, settings.kafka_bootstrap)
+    await topicadmin.ensure_topics(settings, settings.kafka_bootstrap)
     yield settings, store
     await store.close()
 

@@ -1,5 +1,5 @@
 """What ``pipeline.kafka.internals`` and the Faust subclasses of
-``pipeline.kafka.client`` rely on in aiokafka, Faust and mode beyond their
+``pipeline.kafka.transport`` rely on in aiokafka, Faust and mode beyond their
 public interfaces, pinned on the installed versions: an upgrade that renames
 or removes any of it fails here, not in production. Objects are real,
 constructed without a broker."""
@@ -26,7 +26,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from mode import Service
 
-from pipeline.kafka import client, internals
+from pipeline.kafka import clientconfig, internals, transport
 
 TP = TopicPartition("changes", 0)
 
@@ -40,7 +40,7 @@ def parameters(function: Any) -> list[str]:
 
 def test_the_concurrent_transactions_backoff_is_the_module_constant_the_sender_reads() -> None:
     assert isinstance(aiokafka_sender.BACKOFF_OVERRIDE, float)
-    assert aiokafka_sender.BACKOFF_OVERRIDE == client.CONCURRENT_TRANSACTIONS_BACKOFF_S
+    assert aiokafka_sender.BACKOFF_OVERRIDE == clientconfig.CONCURRENT_TRANSACTIONS_BACKOFF_S
     assert "BACKOFF_OVERRIDE" in inspect.getsource(AddPartitionsToTxnHandler.handle_response)
 
 
@@ -175,17 +175,17 @@ def test_faust_indexes_its_channels_by_topic_name() -> None:
 
 
 def test_faust_still_has_the_hooks_the_project_overrides() -> None:
-    """Each override of a private hook of Faust (``pipeline.kafka.client``)
+    """Each override of a private hook of Faust (``pipeline.kafka.transport``)
     replaces one Faust still calls, with the same parameters."""
     overridden = [
-        (client.ReadCommittedConsumerThread, faust_aiokafka.AIOKafkaConsumerThread,
+        (transport.ReadCommittedConsumerThread, faust_aiokafka.AIOKafkaConsumerThread,
          "_create_worker_consumer"),
-        (client.ReadCommittedConsumer, faust_aiokafka.Consumer, "_new_consumer_thread"),
-        (client.ReadCommittedConsumer, faust_consumer.Consumer, "_new_offset"),
-        (client.ReadCommittedConsumer, faust_consumer.Consumer, "_drain_messages"),
-        (client.Topic, faust.Topic, "_get_producer"),
-        (client.TurnTakingBuffer, ProducerBuffer, "_send_pending"),
-        (client.TurnTakingBuffer, ProducerBuffer, "__post_init__"),
+        (transport.ReadCommittedConsumer, faust_aiokafka.Consumer, "_new_consumer_thread"),
+        (transport.ReadCommittedConsumer, faust_consumer.Consumer, "_new_offset"),
+        (transport.ReadCommittedConsumer, faust_consumer.Consumer, "_drain_messages"),
+        (transport.Topic, faust.Topic, "_get_producer"),
+        (transport.TurnTakingBuffer, ProducerBuffer, "_send_pending"),
+        (transport.TurnTakingBuffer, ProducerBuffer, "__post_init__"),
     ]
     for ours, theirs, name in overridden:
         assert issubclass(ours, theirs)
@@ -203,7 +203,7 @@ def test_faust_still_has_the_hooks_the_project_overrides() -> None:
 
 def test_faust_keeps_the_state_the_project_reads_where_it_reads_it() -> None:
     """The Faust consumer's and producer's own state that the subclasses of
-    ``pipeline.kafka.client`` read and write."""
+    ``pipeline.kafka.transport`` read and write."""
     init = inspect.getsource(faust_consumer.Consumer.__init__)
     for name in ("_acked", "_acked_index", "_committed_offset", "_read_offset",
                  "_commit_every"):
