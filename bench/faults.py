@@ -47,8 +47,8 @@ from bench.traffic import Driver, Run, closed_loop
 from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
 from kubeclient import APIError, KubeClientError
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
-from pipeline.kafka import client as kafka
-from pipeline.kafka import retries, transactions
+from pipeline.kafka import changelog, clientconfig, retries, transactions
+from pipeline.kafka.tail import Tail
 from pipeline.model.messages import Change
 from pipeline.observe import metrics
 from pipeline.settings import Settings
@@ -353,8 +353,8 @@ class KafkaView:
         replica in sync of those partitions (an acknowledged write waits for
         each until Kafka drops a dead one from the set)."""
         wanted = {self.settings.requests_topic: 0, self.settings.changes_topic: 0}
-        internal = {kafka.TRANSACTIONS_TOPIC: self.settings.committer_transactional_id,
-                    kafka.OFFSETS_TOPIC: self.settings.committer_group}
+        internal = {clientconfig.TRANSACTIONS_TOPIC: self.settings.committer_transactional_id,
+                    clientconfig.OFFSETS_TOPIC: self.settings.committer_group}
         topics = await admin.describe_topics([*wanted, *internal])
         roles: dict[str, int] = {}
         for t in topics:
@@ -578,22 +578,14 @@ async def _caught_up(watchers: list[Watcher], log: list[tuple[int, Change]], hea
 # -- the checks --------------------------------------------------------------
 async def read_log(settings: Settings, bootstrap: str) -> list[tuple[int, Change]]:
     """Every committed change, with its offset, in log order."""
-    tp = TopicPartition(settings.changes_topic, 0)
-    reader = kafka.consumer(bootstrap)
-    await reader.start()
     out: list[tuple[int, Change]] = []
-    try:
-        reader.assign([tp])
-        await reader.seek_to_beginning(tp)
-        end = (await reader.end_offsets([tp]))[tp]
-        while await reader.position(tp) < end:
-            batch = await reader.getmany(tp, timeout_ms=1000)
-            for record in batch.get(tp, []):
-                change = kafka.change_from_record(record)
+    async with Tail(clientconfig.consumer(bootstrap),
+                    TopicPartition(settings.changes_topic, 0)) as tail:
+        async for records in tail.everything():
+            for record in records:
+                change = changelog.change_from_record(record)
                 if change is not None:
                     out.append((record.offset, change))
-    finally:
-        await reader.stop()
     return out
 
 

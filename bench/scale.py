@@ -41,7 +41,7 @@ from bench.traffic import Driver, closed_loop, polr_collection
 from bench.workload import POLR_PATH, Mix, random_failing
 from kubeclient import APIConflictError, APIError
 from kubeclient.errors import api_error
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
 from pipeline.model.messages import WriteRequest
 from pipeline.model.objects import now_rfc3339, object_key
 from pipeline.model.resources import by_id
@@ -205,8 +205,9 @@ async def fill(settings: Settings, bootstrap: str, pods: Iterator[Resource], *,
     of JSON sent."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
-        max_batch_size=kafka.MAX_BATCH_BYTES, max_request_size=kafka.MAX_REQUEST_BYTES,
-        compression_type=kafka.COMPRESSION)
+        max_batch_size=clientconfig.MAX_BATCH_BYTES,
+        max_request_size=clientconfig.MAX_REQUEST_BYTES,
+        compression_type=clientconfig.COMPRESSION)
     await producer.start()
     sent = 0
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from launcher.broker import KafkaBroker
 from pipeline.commit.decision import current_after, decide
-from pipeline.kafka import client as kafka
+from pipeline.kafka import changelog, topicadmin
 from pipeline.model.messages import Change, WriteRequest
 from pipeline.model.resources import by_id
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Current
@@ -92,12 +92,12 @@ async def write(settings: Settings, data_dir: Path, *, days: int, seed: int,
                          progress=progress)
     await broker.start()
     try:
-        await kafka.ensure_topics(settings, broker.bootstrap)
-        if await kafka.log_length(settings, broker.bootstrap):
+        await topicadmin.ensure_topics(settings, broker.bootstrap)
+        if await changelog.log_length(settings, broker.bootstrap):
             raise DemoError(f"the change log under {data_dir} is not empty; give the demo a"
                             " new --data-dir")
         progress(f"writing {len(made)} changes of {days} days to the change log")
-        await kafka.append_history(settings, broker.bootstrap, made)
+        await changelog.append_history(settings, broker.bootstrap, made)
     finally:
         await broker.stop()
     return summary(made)

@@ -53,8 +53,7 @@ from pipeline.clickhouse.progress import ProgressReads
 from pipeline.clickhouse.reads import ObjectReads
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.service import CommitService
-from pipeline.kafka import client as kafka
-from pipeline.kafka import retries
+from pipeline.kafka import retries, topicadmin
 from pipeline.kafka.published import Published
 from pipeline.materialize.consumer import Materializer
 from pipeline.observe import metrics
@@ -257,7 +256,7 @@ class System:
             stack.push_async_callback(broker.stop)  # bounded: it kills what does not stop
             self.bootstrap = broker.bootstrap
             self.broker = broker
-        replicated = await kafka.ensure_topics(settings, self.bootstrap)
+        replicated = await topicadmin.ensure_topics(settings, self.bootstrap)
         # every part, Faust's topics included, replicates as the system's own
         self.settings = settings = replace(
             settings, replication_factor=replicated.factor,
@@ -354,7 +353,7 @@ async def run(settings: Settings, options: ServeOptions) -> None:
     whole = options.worker and options.frontend  # `up`, which can run its own
     try:
         await system.start()
-    except kafka.Unreachable as err:
+    except topicadmin.Unreachable as err:
         raise StartupError(f"{err}; check KAFKA_BOOTSTRAP" + (
             " (unset it and `up` runs its own broker)" if whole else "")) from err
     except StoreError as err:

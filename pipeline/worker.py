@@ -26,7 +26,7 @@ from pipeline.aggregate import counts as aggregate
 from pipeline.aggregate.agent import AggregateStore, Aggregator, Topics
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.state import Committer
-from pipeline.kafka import client as kafka
+from pipeline.kafka import changelog, clientconfig, transport
 from pipeline.model.messages import Change
 from pipeline.model.topics import PARTITION
 from pipeline.model.versions import Progress
@@ -41,7 +41,7 @@ SUMMARIES_REFRESH_SECONDS = 24 * 3600.0
 
 def build_committer(settings: Settings, store: CommitterQueries, *, bootstrap: str) -> Committer:
     async def tail(after: Progress | None) -> list[Change]:
-        return await kafka.read_tail(settings, bootstrap, after)
+        return await changelog.read_tail(settings, bootstrap, after)
     return Committer(store, tail, topic=settings.changes_topic,
                      max_keys=settings.committer_cache_keys)
 
@@ -78,7 +78,7 @@ def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
               data_dir: Path) -> faust.App:
     app = faust.App(
         settings.app_id,
-        broker=f"{kafka.TRANSPORT_SCHEME}://{bootstrap}",
+        broker=f"{transport.TRANSPORT_SCHEME}://{bootstrap}",
         store="memory://",
         web_enabled=False,
         datadir=str(data_dir / "faust"),
@@ -86,16 +86,16 @@ def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
         topic_replication_factor=max(settings.replication_factor, 1),
         producer_acks=-1,
         producer_linger=0.0,
-        producer_max_batch_size=kafka.MAX_BATCH_BYTES,
-        producer_max_request_size=kafka.MAX_REQUEST_BYTES,
-        producer_compression_type=kafka.COMPRESSION,
+        producer_max_batch_size=clientconfig.MAX_BATCH_BYTES,
+        producer_max_request_size=clientconfig.MAX_REQUEST_BYTES,
+        producer_compression_type=clientconfig.COMPRESSION,
         broker_session_timeout=6.0,
         broker_heartbeat_interval=2.0,
         broker_commit_interval=2.0,
         consumer_auto_offset_reset="earliest",
         consumer_group_instance_id=settings.instance_id or None,
         Table=Table,
-        Topic=kafka.Topic,
+        Topic=transport.Topic,
     )
     # Table updates queue their changelog records in the producer buffer, and
     # Faust pauses every stream while it holds more than this; a batch of
@@ -165,7 +165,7 @@ def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
                     if not aggregate.counted_key(e.message.key):
                         continue
                     await turns.take()
-                    change = kafka.change_from_record(e.message)
+                    change = changelog.change_from_record(e.message)
                     if change is not None:
                         # Faust's message timestamps are in seconds
                         batch.append((change, float(e.message.timestamp)))

@@ -15,7 +15,8 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from launcher.broker import KafkaBroker
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
+from pipeline.kafka.tail import Tail
 
 
 @contextlib.contextmanager
@@ -37,16 +38,8 @@ def running_broker(root: Path, *, timeout: float = 180) -> Iterator[str]:
 
 async def committed(bootstrap: str, topic: str) -> list[Any]:
     """Every committed record of ``topic``'s partition 0, in order."""
-    tp = TopicPartition(topic, 0)
-    reader = kafka.consumer(bootstrap)
-    await reader.start()
-    try:
-        reader.assign([tp])
-        end = (await reader.end_offsets([tp]))[tp]
-        reader.seek(tp, (await reader.beginning_offsets([tp]))[tp])
-        out: list[Any] = []
-        while await reader.position(tp) < end:
-            out.extend((await reader.getmany(tp, timeout_ms=1000)).get(tp, []))
-        return out
-    finally:
-        await reader.stop()
+    out: list[Any] = []
+    async with Tail(clientconfig.consumer(bootstrap), TopicPartition(topic, 0)) as tail:
+        async for records in tail.everything():
+            out.extend(records)
+    return out

@@ -40,7 +40,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from pipeline.commit.decision import Decision
 from pipeline.commit.state import Committer, IncompleteLog
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig, internals, txnchecks
 from pipeline.kafka.published import Entry, Published
 from pipeline.kafka.transactions import CoordinatorView
 from pipeline.model.messages import Change, DecodeError, Reply, WriteRequest, change_headers
@@ -153,13 +153,14 @@ class CommitService:
         self.fenced = 0
 
     async def start(self) -> None:
-        self._consumer = kafka.consumer(
+        self._consumer = clientconfig.consumer(
             self._bootstrap, group_id=self._settings.committer_group,
             auto_offset_reset="earliest", max_poll_records=MAX_BATCH,
-            session_timeout_ms=kafka.GROUP_SESSION_TIMEOUT_MS,
-            rebalance_timeout_ms=kafka.GROUP_REBALANCE_TIMEOUT_MS, heartbeat_interval_ms=3000,
+            session_timeout_ms=clientconfig.GROUP_SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms=clientconfig.GROUP_REBALANCE_TIMEOUT_MS,
+            heartbeat_interval_ms=3000,
             group_instance_id=self._settings.instance_id or None,
-            max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES)
+            max_partition_fetch_bytes=clientconfig.MAX_REQUEST_BYTES)
         await self._consumer.start()
         self._consumer.subscribe([self._tp.topic], listener=_Ownership(self))
         self._task = asyncio.create_task(self._run(), name="committer")
@@ -245,7 +246,7 @@ class CommitService:
             # How the coordinator ended the earlier producer's last transaction
             # is known only until this one's InitProducerId; kept until a
             # take-over gets through.
-            self._before = (await kafka.committer_view(self._settings, self._bootstrap),)
+            self._before = (await txnchecks.committer_view(self._settings, self._bootstrap),)
             step("coordinator's view")
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True,
@@ -255,24 +256,25 @@ class CommitService:
             # one's markers (CONCURRENT_TRANSACTIONS) are retried after this,
             # 100 ms by default, which the slowest writes waited for
             retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS, linger_ms=0,
-            max_batch_size=kafka.MAX_BATCH_BYTES,
-            max_request_size=kafka.MAX_REQUEST_BYTES, compression_type=kafka.COMPRESSION,
-            request_timeout_ms=kafka.QUICK_REQUEST_TIMEOUT_MS)
+            max_batch_size=clientconfig.MAX_BATCH_BYTES,
+            max_request_size=clientconfig.MAX_REQUEST_BYTES,
+            compression_type=clientconfig.COMPRESSION,
+            request_timeout_ms=clientconfig.QUICK_REQUEST_TIMEOUT_MS)
         await producer.start()
         self._hook(producer)
         try:
             # The producer id and epoch (InitProducerId): this is the fencing step.
-            await _alive(producer, producer._txn_manager.wait_for_pid(),
+            await _alive(producer, internals.wait_for_producer_id(producer),
                          self._settings.write_timeout, "InitProducerId")
             step("InitProducerId")
-            for ended in await kafka.end_hanging(
+            producer_id, epoch = internals.producer_identity(producer)
+            for ended in await txnchecks.end_hanging(
                     self._settings, self._bootstrap, self._before[0],
-                    producer_id=producer._txn_manager.producer_id,
-                    epoch=producer._txn_manager.producer_epoch):
+                    producer_id=producer_id, epoch=epoch):
                 log.warning("%s: its coordinator had finished it, but its marker never"
                             " reached the partition", ended)
             step("hanging transactions")
-            await kafka.wait_no_open_transactions(self._settings, self._bootstrap)
+            await txnchecks.wait_no_open_transactions(self._settings, self._bootstrap)
             step("open transactions")
             await self._committer.recover()
             step("recovery")
@@ -313,7 +315,7 @@ class CommitService:
                 raise
             except Fenced:
                 log.warning("another committer took over; this one stands down")
-            except kafka.OpenTransaction as err:
+            except txnchecks.OpenTransaction as err:
                 log.error("cannot take over as the committer: %s", err)
             except Exception as err:
                 if isinstance(err, KafkaError | IncompleteLog):  # said in full: no traceback
@@ -424,14 +426,10 @@ class CommitService:
     def _hook(self, producer: AIOKafkaProducer) -> None:
         """Learn when ``producer``'s transaction has the change log's partition
         (aiokafka tells no one: its transaction manager is told, here)."""
-        manager = producer._txn_manager
-        added = manager.partition_added
-
         def partition_added(tp: TopicPartition) -> None:
-            added(tp)
             if tp == self._changes:
                 self._added.set()
-        manager.partition_added = partition_added
+        internals.on_partition_added(producer, partition_added)
 
     async def _begin(self, replies: set[TopicPartition]) -> None:
         """Begin the batch's transaction and wait until the change log's
@@ -448,9 +446,9 @@ class CommitService:
         await producer.begin_transaction()
         self._added.clear()
         for tp in (self._changes, *replies):
-            producer._txn_manager.maybe_add_partition_to_txn(tp)
+            internals.add_partition(producer, tp)
         added = asyncio.ensure_future(self._added.wait())
-        sender = producer._sender.sender_task
+        sender = internals.sender_task(producer)
         try:
             await asyncio.wait((added, sender), timeout=FAILOVER_SECONDS,
                                return_when=asyncio.FIRST_COMPLETED)
@@ -480,7 +478,7 @@ class CommitService:
         sent: list[asyncio.Future[Any]] = []
         changes: list[tuple[bytes, Change]] = []
         try:
-            if not producer._txn_manager.is_in_transaction():
+            if not internals.in_transaction(producer):
                 await producer.begin_transaction()
             for d in decisions:
                 if d.change is not None:
@@ -554,7 +552,7 @@ async def _alive(producer: AIOKafkaProducer, step: Awaitable[Any], timeout: floa
     waiting on it would wait for ever; so would a commit whose records find
     too few replicas in sync. A new producer starts over (its
     InitProducerId ends what this one left open)."""
-    sender = producer._sender.sender_task
+    sender = internals.sender_task(producer)
     task = asyncio.ensure_future(step)
     try:
         done, _ = await asyncio.wait((task, sender), timeout=timeout,

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.kafka.client import change_from_record
+from pipeline.kafka.changelog import change_from_record
 from pipeline.model.messages import Change
 
 #: Most changes kept: a few seconds of writes at full speed.

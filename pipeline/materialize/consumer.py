@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 
 from pipeline.clickhouse.changes import ChangeWrites
 from pipeline.clickhouse.connection import StoreError
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
 from pipeline.kafka.published import Published, Reader, reader_of
 from pipeline.model.messages import Change
 from pipeline.observe import metrics
@@ -59,13 +59,15 @@ class Materializer:
         self.owning = False
 
     async def start(self) -> None:
-        self._consumer = kafka.consumer(
+        self._consumer = clientconfig.consumer(
             self._bootstrap, group_id=self._settings.materializer_group,
             auto_offset_reset="earliest", max_poll_records=self._settings.materialize_batch,
-            max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES,
-            fetch_min_bytes=kafka.BULK_FETCH_MIN_BYTES, fetch_max_wait_ms=kafka.BULK_FETCH_WAIT_MS,
-            session_timeout_ms=kafka.GROUP_SESSION_TIMEOUT_MS,
-            rebalance_timeout_ms=kafka.GROUP_REBALANCE_TIMEOUT_MS, heartbeat_interval_ms=3000,
+            max_partition_fetch_bytes=clientconfig.MAX_REQUEST_BYTES,
+            fetch_min_bytes=clientconfig.BULK_FETCH_MIN_BYTES,
+            fetch_max_wait_ms=clientconfig.BULK_FETCH_WAIT_MS,
+            session_timeout_ms=clientconfig.GROUP_SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms=clientconfig.GROUP_REBALANCE_TIMEOUT_MS,
+            heartbeat_interval_ms=3000,
             group_instance_id=self._settings.instance_id or None)
         await self._consumer.start()
         self._consumer.subscribe([self._tp.topic], listener=_Position(self))

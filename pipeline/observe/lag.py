@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError
 
 from pipeline.clickhouse.connection import Connection, StoreError
 from pipeline.clickhouse.progress import ProgressReads
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
 from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
@@ -38,7 +38,7 @@ class LagMonitor:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._consumer = kafka.consumer(self._bootstrap)
+        self._consumer = clientconfig.consumer(self._bootstrap)
         await self._consumer.start()
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
         await self._admin.start()

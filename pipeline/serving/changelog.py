@@ -21,8 +21,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from sortedcontainers import SortedDict
 
-from pipeline.kafka import client as kafka
+from pipeline.kafka import changelog, clientconfig
 from pipeline.kafka.published import Published, reader_of
+from pipeline.kafka.tail import Tail
 from pipeline.model.cache import Cached, Event, Key, Scope, Subscription, in_scope
 from pipeline.model.objects import identity
 from pipeline.model.storage import Expired, Unavailable
@@ -83,7 +84,7 @@ class ChangeLog:
         #: the changes this process's committer published: not parsed again
         self._changes = reader_of(published)
         self._tp = TopicPartition(settings.changes_topic, 0)
-        self._consumer: AIOKafkaConsumer | None = None
+        self._tail: Tail | None = None
         #: Asks for the log's end on a connection of its own: the broker
         #: answers a connection's requests in order, so behind the tail's
         #: pending fetch it would wait as long as that fetch.
@@ -109,19 +110,20 @@ class ChangeLog:
         return self._rv
 
     async def start(self) -> None:
-        self._offsets = kafka.consumer(self._bootstrap)
+        self._offsets = clientconfig.consumer(self._bootstrap)
         await self._offsets.start()
-        self._consumer = kafka.follower(self._bootstrap,
-                                        max_partition_fetch_bytes=kafka.MAX_REQUEST_BYTES)
-        await self._consumer.start()
+        self._tail = Tail(clientconfig.follower(self._bootstrap,
+                                         max_partition_fetch_bytes=clientconfig.MAX_REQUEST_BYTES),
+                          self._tp)
+        await self._tail.start()
         progress = await self._store.progress(self._settings.changes_topic)
         self._watermark = await self._store.watermark()
         self._rv = max(self._watermark, EMPTY_RESOURCE_VERSION)
-        start, _ = await kafka.start_offset(self._consumer, self._tp, progress)
+        start, _ = await changelog.start_offset(self._tail, progress)
         if progress is not None and start == progress.offset + 1:
             self._floor = progress.resource_version
         self._history = max(self._floor, self._watermark)
-        self._consumer.seek(self._tp, start)
+        self._tail.seek(start)
         self._position = start
         self._task = asyncio.create_task(self._run(), name="changelog-tail")
         metrics.CACHE_AGE.set_function(self._age)
@@ -132,23 +134,17 @@ class ChangeLog:
 
     async def stop(self) -> None:
         await cancel(self._task)
-        if self._consumer is not None:
-            await self._consumer.stop()
+        if self._tail is not None:
+            await self._tail.stop()
         if self._offsets is not None:
             await self._offsets.stop()
 
     async def _run(self) -> None:
-        assert self._consumer is not None
-        while True:
-            try:
-                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
-            except KafkaError:
-                log.exception("reading the change log failed; retrying")
-                await asyncio.sleep(1)
-                continue
-            records = batch.get(self._tp, [])
+        tail = self._tail
+        assert tail is not None
+        async for records in tail.follow(what="the change log", log=log):
             # Past the records and any transaction markers after them.
-            position = await self._consumer.position(self._tp)
+            position = await tail.position()
             if not records and position == self._position:
                 continue
             for record in records:

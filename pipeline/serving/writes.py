@@ -11,11 +11,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from pipeline.commit.service import NotDecided, OutcomeUnknown, Stalled
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
+from pipeline.kafka.tail import Tail
 from pipeline.model.messages import DecodeError, Reply, WriteRequest
 from pipeline.model.objects import object_key
 from pipeline.model.storage import Refused, Unavailable
@@ -36,7 +37,7 @@ class Writer:
         self._bootstrap = bootstrap
         self._local = local
         self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
+        self._tail: Tail | None = None
         self._pending: dict[str, asyncio.Future[Reply]] = {}
         self._task: asyncio.Task[None] | None = None
         self._tp = TopicPartition(settings.replies_topic, 0)
@@ -44,16 +45,15 @@ class Writer:
     async def start(self) -> None:
         self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all",
                                           enable_idempotence=True, linger_ms=0,
-                                          max_batch_size=kafka.MAX_BATCH_BYTES,
-                                          max_request_size=kafka.MAX_REQUEST_BYTES,
-                                          compression_type=kafka.COMPRESSION,
-                                          request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
+                                          max_batch_size=clientconfig.MAX_BATCH_BYTES,
+                                          max_request_size=clientconfig.MAX_REQUEST_BYTES,
+                                          compression_type=clientconfig.COMPRESSION,
+                                          request_timeout_ms=clientconfig.REQUEST_TIMEOUT_MS)
         await self._producer.start()
-        self._consumer = kafka.follower(self._bootstrap)
-        await self._consumer.start()
-        self._consumer.assign([self._tp])
-        await self._consumer.seek_to_end(self._tp)
-        await self._consumer.position(self._tp)
+        self._tail = Tail(clientconfig.follower(self._bootstrap), self._tp)
+        await self._tail.start()
+        self._tail.assign()
+        await self._tail.seek_to_end()
         self._task = asyncio.create_task(self._run(), name="replies")
 
     async def stop(self) -> None:
@@ -62,19 +62,13 @@ class Writer:
             fut.cancel()
         if self._producer is not None:
             await self._producer.stop()
-        if self._consumer is not None:
-            await self._consumer.stop()
+        if self._tail is not None:
+            await self._tail.stop()
 
     async def _run(self) -> None:
-        assert self._consumer is not None
-        while True:
-            try:
-                batch = await self._consumer.getmany(self._tp, timeout_ms=1000)
-            except KafkaError:
-                log.exception("reading replies failed; retrying")
-                await asyncio.sleep(1)
-                continue
-            for record in batch.get(self._tp, []):
+        assert self._tail is not None
+        async for records in self._tail.follow(what="replies", log=log):
+            for record in records:
                 rid = (record.key or b"").decode()
                 fut = self._pending.get(rid)
                 if fut is None or fut.done():

@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
 from launcher.broker import KafkaBroker
-from pipeline.kafka import client as kafka
+from pipeline.kafka import topicadmin, txnchecks
 from pipeline.kafka.transactions import Transactions
 from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
@@ -36,7 +36,7 @@ async def test_a_committer_ends_what_a_broker_crash_left_hanging(tmp_path: Path)
     up = None
     try:
         settings = Settings.from_env({}, kafka_bootstrap=broker.bootstrap, topic_prefix=prefix)
-        await kafka.ensure_topics(settings, broker.bootstrap)
+        await topicadmin.ensure_topics(settings, broker.bootstrap)
         # an earlier committer, mid-transaction on all three of its partitions
         earlier = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
                                    transactional_id=settings.committer_transactional_id,
@@ -61,8 +61,8 @@ async def test_a_committer_ends_what_a_broker_crash_left_hanging(tmp_path: Path)
             assert view is not None and view.state == "CompleteAbort", view
             [left] = [p for p in await admin.producers(changes) if p.txn_start_offset >= 0]
             assert left.producer_epoch < view.producer_epoch
-        with pytest.raises(kafka.OpenTransaction):
-            await kafka.wait_no_open_transactions(settings, broker.bootstrap, timeout=1)
+        with pytest.raises(txnchecks.OpenTransaction):
+            await txnchecks.wait_no_open_transactions(settings, broker.bootstrap, timeout=1)
 
         up = Up(tmp_path / "data", {"KAFKA_BOOTSTRAP": broker.bootstrap,
                                     "REPORTS_TOPIC_PREFIX": prefix})

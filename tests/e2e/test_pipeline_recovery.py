@@ -23,7 +23,7 @@ from aiokafka import TopicPartition
 
 from launcher.broker import KafkaBroker
 from pipeline.aggregate import counts as aggregate
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
 from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import BIN, Up, client_for
 from tests.helpers import collection_path, report
@@ -72,7 +72,7 @@ def nonzero(counts: dict) -> dict:  # type: ignore[type-arg]
 async def summaries(bootstrap: str, prefix: str) -> tuple[dict, list[dict]]:  # type: ignore[type-arg]
     """Every record on the summaries topic, and the last "current" one per key."""
     tp = TopicPartition(f"{prefix}.summaries", 0)
-    consumer = kafka.consumer(bootstrap)
+    consumer = clientconfig.consumer(bootstrap)
     await consumer.start()
     last: dict = {}  # type: ignore[type-arg]
     values: list[dict] = []  # type: ignore[type-arg]
@@ -227,7 +227,7 @@ async def test_consumer_example_prints_a_new_failure(tmp_path: Path, outside: Ou
         assert "FAIL shop/Pod/kyverno-admission-controller-7d998c79c4-rj7th" in line, line
         assert "disallow-capabilities/adding-capabilities (was pass" in line
 
-        consumer = kafka.consumer(broker.bootstrap, auto_offset_reset="earliest")
+        consumer = clientconfig.consumer(broker.bootstrap, auto_offset_reset="earliest")
         consumer.subscribe([f"{prefix}.result-events", f"{prefix}.changes"])
         await consumer.start()
         try:
@@ -252,7 +252,7 @@ async def test_consumer_example_prints_a_new_failure(tmp_path: Path, outside: Ou
 
 
 async def first_event(bootstrap: str, topic: str) -> None:
-    consumer = kafka.consumer(bootstrap, auto_offset_reset="earliest")
+    consumer = clientconfig.consumer(bootstrap, auto_offset_reset="earliest")
     consumer.subscribe([topic])
     await consumer.start()
     try:

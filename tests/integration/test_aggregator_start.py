@@ -18,7 +18,7 @@ from pipeline.clickhouse.aggregates import AggregateWrites
 from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.clickhouse.changes import ChangeWrites
 from pipeline.clickhouse.connection import Connection
-from pipeline.kafka import client as kafka_adapter
+from pipeline.kafka import topicadmin
 from pipeline.model import objects
 from pipeline.model.messages import Change
 from pipeline.model.resources import RESOURCES
@@ -38,7 +38,7 @@ async def counts(analytics: AnalyticsQueries) -> list[tuple[Any, ...]]:
 async def test_counts_after_a_restart_carry_the_last_applied_version(
         make_settings, data_dir: Path, kafka: str, materialized: int) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings()
-    await kafka_adapter.ensure_topics(settings, kafka)
+    await topicadmin.ensure_topics(settings, kafka)
     clickhouse = Connection(settings, data_dir=data_dir)
     await clickhouse.start()
     store, analytics = AggregateWrites(clickhouse), AnalyticsQueries(clickhouse)

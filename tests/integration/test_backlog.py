@@ -16,7 +16,7 @@ import pytest
 from launcher import demo
 from pipeline.aggregate.agent import window_start
 from pipeline.aggregate.counts import contribution
-from pipeline.kafka import client as kafka_adapter
+from pipeline.kafka import changelog, topicadmin
 
 pytestmark = pytest.mark.integration
 # days old, well inside the results history's retention
@@ -43,8 +43,8 @@ async def test_a_backlog_keeps_its_times_and_every_window(start, make_settings, 
     settings = make_settings()
     window = settings.window_seconds
     history = demo.changes(4, end=END, seed=5)
-    await kafka_adapter.ensure_topics(settings, kafka)
-    await kafka_adapter.append_history(settings, kafka, history)
+    await topicadmin.ensure_topics(settings, kafka)
+    await changelog.append_history(settings, kafka, history)
     running = await start(settings)
     store, progress = running.system.analytics, running.system.progress
     last_rv = history[-1][0].resource_version

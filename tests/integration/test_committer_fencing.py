@@ -18,7 +18,7 @@ from aiokafka.errors import ProducerFenced
 from pipeline.clickhouse.connection import Connection
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.service import CommitService, Fenced, NotDecided, _Local
-from pipeline.kafka import client as kafka
+from pipeline.kafka import topicadmin
 from pipeline.model.messages import Change, Reply, WriteRequest
 from pipeline.model.resources import RESOURCES
 from pipeline.model.storage import Refused
@@ -39,7 +39,7 @@ async def pipeline_parts(make_settings: Callable[..., Settings], data_dir: Path
     settings = make_settings()
     clickhouse = Connection(settings, data_dir=data_dir)
     await clickhouse.start()
-    await kafka.ensure_topics(settings, settings.kafka_bootstrap)
+    await topicadmin.ensure_topics(settings, settings.kafka_bootstrap)
     yield settings, CommitterQueries(clickhouse)
     await clickhouse.close()
 

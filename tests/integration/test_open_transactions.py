@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig, topicadmin, txnchecks
 from pipeline.kafka.transactions import Hanging, Transactions
 from pipeline.settings import Settings
 
@@ -23,7 +23,7 @@ async def test_an_open_transaction_is_named_with_its_remedy(
         make_settings: Callable[..., Settings]) -> None:
     settings = make_settings()
     bootstrap = settings.kafka_bootstrap
-    await kafka.ensure_topics(settings, bootstrap)
+    await topicadmin.ensure_topics(settings, bootstrap)
     stray_id = f"stray-{uuid.uuid4().hex[:8]}"
     stray = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=stray_id,
                              transaction_timeout_ms=120_000)
@@ -40,8 +40,8 @@ async def test_an_open_transaction_is_named_with_its_remedy(
             assert producer.producer_id == view.producer_id and producer.txn_start_offset == 0
             assert await admin.coordinator_view(settings.committer_transactional_id) is None
 
-        with pytest.raises(kafka.OpenTransaction) as waited:
-            await kafka.wait_no_open_transactions(settings, bootstrap, timeout=1)
+        with pytest.raises(txnchecks.OpenTransaction) as waited:
+            await txnchecks.wait_no_open_transactions(settings, bootstrap, timeout=1)
         message = str(waited.value)
         assert f"producer {view.producer_id} epoch {view.producer_epoch}, open since offset 0" \
             in message
@@ -50,7 +50,7 @@ async def test_an_open_transaction_is_named_with_its_remedy(
                 f" {settings.changes_topic} --partition 0 --start-offset 0") in message
 
         await stray.abort_transaction()
-        await kafka.wait_no_open_transactions(settings, bootstrap, timeout=30)
+        await txnchecks.wait_no_open_transactions(settings, bootstrap, timeout=30)
     finally:
         await stray.stop()
 
@@ -61,7 +61,7 @@ async def test_a_commit_marker_ends_a_transaction_as_committed(
     but whose marker never came: readers of committed records see its records."""
     settings = make_settings()
     bootstrap = settings.kafka_bootstrap
-    await kafka.ensure_topics(settings, bootstrap)
+    await topicadmin.ensure_topics(settings, bootstrap)
     stray = AIOKafkaProducer(bootstrap_servers=bootstrap,
                              transactional_id=f"stray-{uuid.uuid4().hex[:8]}",
                              transaction_timeout_ms=120_000)
@@ -74,8 +74,8 @@ async def test_a_commit_marker_ends_a_transaction_as_committed(
             [producer] = await admin.producers(tp)
             await admin.end(Hanging(tp, producer, commit=True))
             assert [p.txn_start_offset for p in await admin.producers(tp)] == [-1]
-        await kafka.wait_no_open_transactions(settings, bootstrap, timeout=10)
-        reader = kafka.consumer(bootstrap, auto_offset_reset="earliest")
+        await txnchecks.wait_no_open_transactions(settings, bootstrap, timeout=10)
+        reader = clientconfig.consumer(bootstrap, auto_offset_reset="earliest")
         await reader.start()
         try:
             reader.assign([tp])

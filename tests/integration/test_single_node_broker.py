@@ -17,8 +17,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
-from pipeline.kafka import client as kafka
-from pipeline.kafka import retries
+from pipeline.kafka import retries, topicadmin
 from pipeline.observe import metrics
 from pipeline.settings import Settings
 from tests.kafka import committed
@@ -34,7 +33,7 @@ async def test_back_to_back_transactions_commit_and_their_retries_are_counted(
         make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture) -> None:
     settings = make_settings()
     bootstrap = settings.kafka_bootstrap
-    await kafka.ensure_topics(settings, bootstrap)
+    await topicadmin.ensure_topics(settings, bootstrap)
     retries.count_retries()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                 retry_backoff_ms=COMMITTER_RETRY_BACKOFF_MS,

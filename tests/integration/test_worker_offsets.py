@@ -10,7 +10,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from pipeline.kafka import client as kafka
+from pipeline.kafka import clientconfig
 from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
 
@@ -28,7 +28,7 @@ async def test_aggregate_agent_commits_up_to_the_end_of_the_log(start, make_sett
         r = await running.client.post(path, json=report(POLR, f"r{i}", "ns", fail=i % 3))
         assert r.status_code == 201, r.text
     tp = TopicPartition(settings.changes_topic, 0)
-    consumer = kafka.consumer(settings.kafka_bootstrap)
+    consumer = clientconfig.consumer(settings.kafka_bootstrap)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await consumer.start()
     await admin.start()

@@ -12,7 +12,7 @@ from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.metadata import MetadataRequest
 
-import pipeline.kafka.client  # noqa: F401  (mends aiokafka's send)
+import pipeline.kafka.clientconfig  # noqa: F401  (mends aiokafka's send)
 
 
 def test_a_send_on_a_closed_uvloop_connection_is_a_connection_error() -> None:

@@ -15,7 +15,8 @@ from aiokafka.producer.transaction_manager import TransactionManager
 
 from launcher.broker import _port_free, kafka_version, server_properties
 from launcher.kafkacluster import node_properties
-from pipeline.kafka.client import CONCURRENT_TRANSACTIONS_BACKOFF_S, FlushSentProducer
+from pipeline.kafka.clientconfig import CONCURRENT_TRANSACTIONS_BACKOFF_S
+from pipeline.kafka.transport import FlushSentProducer
 
 ROOT = Path(__file__).resolve().parents[2]
 

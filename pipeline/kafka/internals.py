@@ -1,0 +1,139 @@
+"""Kafka adapter: every use the project makes of aiokafka's, Faust's and
+mode's private attributes, each behind a name that says what it is for.
+
+The libraries promise none of these, and an upgrade may rename or remove any
+of them: ``tests/unit/test_library_internals.py`` pins each on the installed
+versions, so such an upgrade fails there rather than in production. Nothing
+else reaches into another object's private attributes; the Faust subclasses
+of ``pipeline.kafka.transport`` override Faust's own hooks and state, which the
+same test pins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Set
+from typing import Any, cast
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.conn import AIOKafkaConnection, CloseReason
+from aiokafka.errors import KafkaConnectionError
+from aiokafka.producer import sender as aiokafka_sender
+from faust.types import AppT, ChannelT
+
+# -- aiokafka: patches of the library itself, made once at import by
+# -- pipeline.kafka.clientconfig
+
+
+def set_concurrent_transactions_backoff(seconds: float) -> None:
+    """How soon aiokafka asks a transaction's first AddPartitionsToTxn again
+    when the coordinator answers CONCURRENT_TRANSACTIONS: a module constant
+    of its sender (BACKOFF_OVERRIDE, 20 ms), with no setting."""
+    aiokafka_sender.BACKOFF_OVERRIDE = seconds
+
+
+def _failing_as_broken(send: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(send)
+    def sending(self: AIOKafkaConnection, request: Any, expect_response: bool = True) -> Any:
+        try:
+            return send(self, request, expect_response)
+        except RuntimeError as err:
+            if "closed" not in str(err):
+                raise
+            self.close(reason=CloseReason.CONNECTION_BROKEN)
+            raise KafkaConnectionError(
+                f"Connection at {self._host}:{self._port} closed: {err}") from err
+    sending.failing_as_broken = True  # type: ignore[attr-defined]
+    return sending
+
+
+def fail_closed_writes_as_broken_connections() -> None:
+    """aiokafka's request send, with a write on a connection already closed
+    failing as a broken connection (KafkaConnectionError, which every caller
+    retries). aiokafka expects OSError there; uvloop raises RuntimeError
+    ("the handler is closed"), which ended a client's metadata task for good
+    when two brokers were lost at once: every request of that client waited
+    for metadata that never came, and the frontend answered 503 "Kafka is
+    unavailable" with all three brokers back. Patched once, however often
+    called."""
+    if not getattr(AIOKafkaConnection.send, "failing_as_broken", False):
+        AIOKafkaConnection.send = _failing_as_broken(AIOKafkaConnection.send)
+
+
+# -- aiokafka: a consumer someone else created
+
+
+def set_fetching(consumer: AIOKafkaConsumer, *, isolation_level: str, fetch_min_bytes: int,
+                 fetch_max_wait_ms: int) -> None:
+    """Change how a consumer not yet started fetches (what it hands its
+    fetcher when it starts): for Faust's worker consumer, which takes none
+    of these from its configuration."""
+    consumer._isolation_level = isolation_level
+    consumer._fetch_min_bytes = fetch_min_bytes
+    consumer._fetch_max_wait_ms = fetch_max_wait_ms
+
+
+# -- aiokafka: a transactional producer's transaction manager and sender
+
+
+def wait_for_producer_id(producer: AIOKafkaProducer) -> Awaitable[Any]:
+    """Until the started transactional ``producer`` has its producer id and
+    epoch (InitProducerId: the step that fences earlier producers of its
+    transactional.id)."""
+    return cast(Awaitable[Any], producer._txn_manager.wait_for_pid())
+
+
+def producer_identity(producer: AIOKafkaProducer) -> tuple[int, int]:
+    """The transactional ``producer``'s producer id and epoch."""
+    manager = producer._txn_manager
+    return int(manager.producer_id), int(manager.producer_epoch)
+
+
+def in_transaction(producer: AIOKafkaProducer) -> bool:
+    """Whether the transactional ``producer`` has a transaction begun."""
+    return bool(producer._txn_manager.is_in_transaction())
+
+
+def add_partition(producer: AIOKafkaProducer, tp: TopicPartition) -> None:
+    """Have ``tp`` added to the ``producer``'s begun transaction by its
+    sender's next AddPartitionsToTxn, before any record is sent to it."""
+    producer._txn_manager.maybe_add_partition_to_txn(tp)
+
+
+def on_partition_added(producer: AIOKafkaProducer,
+                       callback: Callable[[TopicPartition], None]) -> None:
+    """Call ``callback`` with each partition the coordinator added to the
+    ``producer``'s transaction, after aiokafka has noted it (aiokafka tells
+    no one: its transaction manager is told, and here, so is ``callback``)."""
+    manager = producer._txn_manager
+    added = manager.partition_added
+
+    def partition_added(tp: TopicPartition) -> None:
+        added(tp)
+        callback(tp)
+    manager.partition_added = partition_added
+
+
+def sender_task(producer: AIOKafkaProducer) -> asyncio.Task[None]:
+    """The started ``producer``'s sender: it ends on an error it does not
+    retry, and a step waiting on it would wait for ever."""
+    return cast(asyncio.Task[None], producer._sender.sender_task)
+
+
+# -- Faust and mode
+
+
+def stopped(service: Any) -> Callable[[], bool]:
+    """Whether a mode service (Faust's consumer, its fetcher) was told to
+    stop: the event mode sets first when it stops (its ``should_stop`` is
+    also true once it crashed)."""
+    is_set: Callable[[], bool] = service._stopped.is_set
+    return is_set
+
+
+def channels_by_topic(app: AppT) -> Mapping[str, Set[ChannelT]]:
+    """The channels (the agents' streams' topics) subscribed to each topic
+    name: Faust's conductor's index, by which it hands a record over."""
+    index: Mapping[str, Set[ChannelT]] = cast(Any, app.topics)._topic_name_index
+    return index
