@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from apiserver import schema
+from apiserver.contract import schema
 from bench import faults as bench_faults
 from bench import scale as bench_scale
 from bench.figures import Report

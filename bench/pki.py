@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from apiserver.tls import subject_alternative_name
+from apiserver.access.tls import subject_alternative_name
 
 Key = ec.EllipticCurvePrivateKey
 

@@ -27,7 +27,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from apiserver.authn import RequestHeaders
+from apiserver.access.authn import RequestHeaders
 from kubeclient import ConfigError, target
 from launcher import commands, demo, migrate
 from launcher.broker import BrokerError

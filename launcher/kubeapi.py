@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from apiserver.authn import ReviewUnavailable, UserInfo
-from apiserver.authz import review_spec
-from apiserver.requestinfo import Attributes
+from apiserver.access.authn import ReviewUnavailable, UserInfo
+from apiserver.access.authz import review_spec
+from apiserver.access.requestinfo import Attributes
 from kubeclient import Client, KubeClientError, Target
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"

@@ -34,12 +34,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from apiserver.app import Access, create_app
-from apiserver.authn import RequestHeaders
-from apiserver.httpprotocol import protocol
-from apiserver.responses import metrics_page
-from apiserver.service import ReportService
-from apiserver.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
+from apiserver.access.authn import RequestHeaders
+from apiserver.access.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
+from apiserver.http.app import Access, create_app
+from apiserver.http.httpprotocol import protocol
+from apiserver.http.responses import metrics_page
+from apiserver.storage.service import ReportService
 from kubeclient import ConfigError, Target, target
 from launcher.agentprocess import AgentProcess, AgentStartError
 from launcher.broker import BrokerError, KafkaBroker

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from apiserver.tls import ensure_token
+from apiserver.access.tls import ensure_token
 from dashboard import charts, filters
 from dashboard.filters import Filters, Span
 from dashboard.pages import stamp

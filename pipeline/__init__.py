@@ -14,7 +14,7 @@ write goes through.
 - ``kafka`` and ``clickhouse``: the adapters (aiokafka and Faust;
   clickhouse-connect), knowing no stage.
 - ``serving``: the frontend's adapters (the change-log cache, the write
-  submitter), implementing the ports ``apiserver.ports`` defines.
+  submitter), implementing the ports ``apiserver.storage.ports`` defines.
 - ``observe``: metrics and the readers' lag; ``runtime``: process plumbing.
 - ``settings`` is read once per process; ``worker`` wires the Faust app.
 

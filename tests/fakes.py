@@ -1,4 +1,4 @@
-"""In-memory fakes of the frontend's ports (``apiserver.ports``): a committer
+"""In-memory fakes of the frontend's ports (``apiserver.storage.ports``): a committer
 deciding with the committer's own pure ``decide``, the change feed it
 publishes to, and a store of what was materialized before the feed's
 history. No sockets, no Kafka, no ClickHouse."""

@@ -1,6 +1,6 @@
 """What the frontend's change-log cache holds and hands out: a change as
 cached, an event of the log, a watcher's scope and subscription. Plain values
-and an in-memory queue, no I/O: the frontend's ports (``apiserver.ports``)
+and an in-memory queue, no I/O: the frontend's ports (``apiserver.storage.ports``)
 speak of them, and the cache (``pipeline.serving.changelog``) makes them."""
 
 from __future__ import annotations

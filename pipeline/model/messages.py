@@ -38,7 +38,7 @@ def _loads(raw: bytes) -> JSON:
 @dataclass(frozen=True, kw_only=True)
 class WriteRequest:
     """A write the frontend asks the committer to decide: what it builds and
-    hands its ``WriteSubmitter`` (``apiserver.ports``), and what the requests
+    hands its ``WriteSubmitter`` (``apiserver.storage.ports``), and what the requests
     topic carries."""
 
     op: Op

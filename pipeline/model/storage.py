@@ -3,7 +3,7 @@ values, no I/O.
 
 The adapters (``pipeline.clickhouse``, ``pipeline.serving``) raise these
 errors, translating their drivers' own; the frontend maps them to
-Kubernetes ``Status`` objects in one place (``apiserver.failures``) and
+Kubernetes ``Status`` objects in one place (``apiserver.contract.failures``) and
 never sees a driver's or the committer's exceptions.
 """
 

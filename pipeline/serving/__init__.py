@@ -1,5 +1,5 @@
 """The frontend's storage adapters: what ``apiserver`` asks for through the
-ports it owns (``apiserver.ports``), done with Kafka and the committer.
+ports it owns (``apiserver.storage.ports``), done with Kafka and the committer.
 
 - ``writes``: hands a write to the committer (in this process, or through the
   requests and replies topics) and returns its outcome.

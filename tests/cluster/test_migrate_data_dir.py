@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from apiserver.tls import certificate_names
+from apiserver.access.tls import certificate_names
 from bench.baseline import CRDS
 from tests.cluster.conftest import Cluster, Kubectl, System, fresh_cluster
 from tests.cluster.test_migrate import summary

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from apiserver.tls import ensure_certificate
+from apiserver.access.tls import ensure_certificate
 from launcher.incluster import CONFIGMAP, cluster_from_env, front_proxy_ca, keep_trusting
 from tests.certs import issue, pem, write
 from tests.e2e.conftest import BIN

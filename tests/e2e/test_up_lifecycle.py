@@ -19,7 +19,7 @@ from collections.abc import Callable
 import psutil
 from aiokafka.admin import AIOKafkaAdminClient
 
-from apiserver.tls import ensure_certificate
+from apiserver.access.tls import ensure_certificate
 from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import Kubectl, Up, client_for, kubectl_binary
 from tests.helpers import SAMPLE, collection_path

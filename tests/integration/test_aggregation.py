@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from apiserver.tls import ensure_certificate
+from apiserver.access.tls import ensure_certificate
 from launcher.system import System, https_config
 from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report

@@ -24,9 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from apiserver.app import Access
-from apiserver.authn import RequestHeaders
-from apiserver.tls import ensure_certificate
+from apiserver.access.authn import RequestHeaders
+from apiserver.access.tls import ensure_certificate
+from apiserver.http.app import Access
 from kubeclient import target
 from launcher.kubeapi import ACCESS_REVIEWS, TOKEN_REVIEWS, Reviews
 from launcher.system import System, https_config

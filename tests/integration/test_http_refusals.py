@@ -11,7 +11,7 @@ import socket
 import pytest
 import uvicorn
 
-from apiserver.httpprotocol import protocol
+from apiserver.http.httpprotocol import protocol
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from apiserver.tls import ensure_certificate
+from apiserver.access.tls import ensure_certificate
 from launcher.system import KEEP_ALIVE_SECONDS, https_config
 
 

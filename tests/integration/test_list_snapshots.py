@@ -132,7 +132,7 @@ async def test_lists_read_in_many_batches_see_each_object_once(start, make_setti
     """ClickHouse read a few rows at a time, each batch overlaid with the
     cache's changes in its range: objects only ClickHouse still holds, objects
     only the cache holds yet, and deletions in either come out once, in order."""
-    monkeypatch.setattr("apiserver.service.PAGE", 4)
+    monkeypatch.setattr("apiserver.storage.service.PAGE", 4)
     running = await start(make_settings(watch_cache_size=20))
     api = running.client
     path = collection_path(POLR, "batches")
@@ -157,7 +157,7 @@ async def test_a_list_streamed_while_writes_go_on_is_its_resource_versions_state
     changed, deleted or created past the batch it has reached come out as
     they were at the list's resourceVersion, as kube-apiserver's single read
     gives them. Nothing in it is newer than that version."""
-    monkeypatch.setattr("apiserver.service.PAGE", 4)
+    monkeypatch.setattr("apiserver.storage.service.PAGE", 4)
     running = await start(make_settings())
     api, store, progress = running.client, running.system.reads, running.system.progress
     path = collection_path(POLR, "stream")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.authn import RequestHeaders, UserInfo
+from apiserver.access.authn import RequestHeaders, UserInfo
 
 
 @pytest.mark.parametrize(("user", "groups"), [

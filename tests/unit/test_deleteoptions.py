@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from apiserver.deleteoptions import parse
-from apiserver.errors import BadRequest, Invalid
+from apiserver.contract.deleteoptions import parse
+from apiserver.contract.errors import BadRequest, Invalid
 
 
 @pytest.mark.parametrize(("body", "message"), [

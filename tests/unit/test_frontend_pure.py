@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from starlette.requests import Request
 
-from apiserver import discovery, openapi, tables, validation
-from apiserver.app import wants
-from apiserver.errors import BadRequest, Invalid, NotAcceptable
+from apiserver.contract import openapi, tables, validation
+from apiserver.contract.errors import BadRequest, Invalid, NotAcceptable
+from apiserver.http import discovery
+from apiserver.http.app import wants
 from pipeline.model.resources import RESOURCES, by_path
 from tests.helpers import report
 

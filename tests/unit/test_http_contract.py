@@ -10,8 +10,8 @@ import httpx
 import orjson
 import pytest
 
-from apiserver.app import Access, create_app
-from apiserver.service import ReportService
+from apiserver.http.app import Access, create_app
+from apiserver.storage.service import ReportService
 from pipeline.model.resources import RESOURCES
 from pipeline.model.storage import StoredObject, StoreError
 from pipeline.settings import Settings

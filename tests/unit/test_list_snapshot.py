@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver.service import Item, _with_snapshot
+from apiserver.storage.service import Item, _with_snapshot
 
 keys = st.tuples(st.sampled_from("abc"), st.sampled_from("uvwxyz"))
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from openapi_spec_validator import validate
 
-from apiserver import openapi
+from apiserver.contract import openapi
 from pipeline.model.resources import RESOURCES
 
 GROUP_VERSIONS = sorted({(r.group, r.version) for r in RESOURCES})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import yaml
 
-from apiserver import openapi, openapipb
+from apiserver.contract import openapi, openapipb
 
 
 def fields(data: bytes) -> list[tuple[int, int | bytes]]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from apiserver import openapi, schema
-from apiserver.errors import Invalid
-from apiserver.validation import check_object
+from apiserver.contract import openapi, schema
+from apiserver.contract.errors import Invalid
+from apiserver.contract.validation import check_object
 from pipeline.model.resources import RESOURCES, by_id
 from tests.helpers import report
 

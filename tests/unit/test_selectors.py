@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver.errors import BadRequest
-from apiserver.selectors import parse_field_selector, parse_label_selector
+from apiserver.contract.errors import BadRequest
+from apiserver.contract.selectors import parse_field_selector, parse_label_selector
 
 LABELS = {"app": "web", "tier": "front", "example.com/team": "a"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apiserver.tls import certificate_names, ensure_certificate, serving_names
+from apiserver.access.tls import certificate_names, ensure_certificate, serving_names
 
 
 def test_serving_names() -> None:

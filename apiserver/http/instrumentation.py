@@ -10,7 +10,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from apiserver.requestinfo import request_info
+from apiserver.access.requestinfo import request_info
 from pipeline.observe import metrics
 
 

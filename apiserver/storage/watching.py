@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from apiserver import failures
-from apiserver.errors import ApiError
-from apiserver.service import ListQuery, ReportService, parse_resource_version
+from apiserver.contract import failures
+from apiserver.contract.errors import ApiError
+from apiserver.storage.service import ListQuery, ReportService, parse_resource_version
 from pipeline.model.cache import Cached, Event
 from pipeline.model.storage import StorageError
 

@@ -27,8 +27,8 @@ from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from apiserver.errors import ApiError, Unauthorized, Unavailable
-from apiserver.responses import error_response
+from apiserver.contract.errors import ApiError, Unauthorized, Unavailable
+from apiserver.http.responses import error_response
 
 #: paths anyone may ask, as the kube-apiserver's default
 #: ``--authorization-always-allow-paths`` and public-info-viewer role

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from apiserver.errors import ApiError, BadRequest, FromStatus, Gone, Timeout, Unavailable
+from apiserver.contract.errors import ApiError, BadRequest, FromStatus, Gone, Timeout, Unavailable
 from pipeline.model import storage
 
 

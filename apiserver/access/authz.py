@@ -16,10 +16,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from apiserver.authn import PUBLIC, ReviewUnavailable, UserInfo
-from apiserver.errors import ApiError, Unavailable
-from apiserver.requestinfo import Attributes, request_info
-from apiserver.responses import error_response
+from apiserver.access.authn import PUBLIC, ReviewUnavailable, UserInfo
+from apiserver.access.requestinfo import Attributes, request_info
+from apiserver.contract.errors import ApiError, Unavailable
+from apiserver.http.responses import error_response
 from pipeline.observe import metrics
 
 

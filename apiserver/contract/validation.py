@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
-from apiserver import schema
-from apiserver.errors import BadRequest, cause, invalid
-from apiserver.selectors import label_key_errors, label_value_errors
+from apiserver.contract import schema
+from apiserver.contract.errors import BadRequest, cause, invalid
+from apiserver.contract.selectors import label_key_errors, label_value_errors
 from pipeline.model import objects
 from pipeline.model.resources import ResourceType
 

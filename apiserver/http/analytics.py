@@ -13,9 +13,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from apiserver import failures
-from apiserver.errors import BadRequest
-from apiserver.ports import AnalyticsQueries
+from apiserver.contract import failures
+from apiserver.contract.errors import BadRequest
+from apiserver.storage.ports import AnalyticsQueries
 from pipeline.model.storage import StorageError
 
 PATH = "/analytics/v1/query"

@@ -1,10 +1,10 @@
 """Report bodies checked against their resource's structural schema, the one
-``/openapi/v2`` and ``/openapi/v3`` serve (``apiserver.openapi``), and refused
+``/openapi/v2`` and ``/openapi/v3`` serve (``apiserver.contract.openapi``), and refused
 in the kube-apiserver's words for custom resources: one cause per bad field.
 
 jsonschema-rs compiles each resource's schema once (Rust, a few microseconds a
 report); integer ``format``s (int32, int64) bound their values as Go's types
-do. ``metadata`` is checked by ``apiserver.validation`` with Kubernetes' own
+do. ``metadata`` is checked by ``apiserver.contract.validation`` with Kubernetes' own
 rules. Pure."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import jsonschema_rs
 import orjson
 
-from apiserver import openapi
-from apiserver.errors import cause
+from apiserver.contract import openapi
+from apiserver.contract.errors import cause
 from pipeline.model.resources import ResourceType, by_id
 
 JSON = dict[str, Any]

@@ -8,7 +8,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from apiserver.errors import ApiError
+from apiserver.contract.errors import ApiError
 from pipeline.observe import metrics
 
 

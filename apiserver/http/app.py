@@ -18,10 +18,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from apiserver import (
-    analytics,
+from apiserver.access.authn import Authentication, RequestHeaders, TokenReviewer
+from apiserver.access.authz import AccessReviewer, Authorization
+from apiserver.contract import (
     deleteoptions,
-    discovery,
     failures,
     openapi,
     openapipb,
@@ -29,11 +29,8 @@ from apiserver import (
     schema,
     tables,
     validation,
-    watching,
 )
-from apiserver.authn import Authentication, RequestHeaders, TokenReviewer
-from apiserver.authz import AccessReviewer, Authorization
-from apiserver.errors import (
+from apiserver.contract.errors import (
     ApiError,
     BadRequest,
     MethodNotAllowed,
@@ -44,11 +41,13 @@ from apiserver.errors import (
     cause,
     invalid,
 )
-from apiserver.instrumentation import Instrumented
-from apiserver.ports import AnalyticsQueries
-from apiserver.responses import error_response, json_response, metrics_page
-from apiserver.selectors import parse_field_selector, parse_label_selector
-from apiserver.service import Item, ListQuery, ListResult, ReportService, Written, as_json
+from apiserver.contract.selectors import parse_field_selector, parse_label_selector
+from apiserver.http import analytics, discovery
+from apiserver.http.instrumentation import Instrumented
+from apiserver.http.responses import error_response, json_response, metrics_page
+from apiserver.storage import watching
+from apiserver.storage.ports import AnalyticsQueries
+from apiserver.storage.service import Item, ListQuery, ListResult, ReportService, Written, as_json
 from pipeline.model import managedfields
 from pipeline.model.cache import Cached
 from pipeline.model.resources import ResourceType, by_path
@@ -429,7 +428,7 @@ async def _has_body(request: Request) -> bool:
 
 @dataclass(frozen=True)
 class Access:
-    """Who may call and what they may do (``apiserver.authn``, ``apiserver.authz``)."""
+    """Who may call and what they may do (``access.authn``, ``access.authz``)."""
 
     token: str | None = None  # the embedded kubeconfig's bearer token
     request_headers: RequestHeaders | None = None  # trusted with a front-proxy CA

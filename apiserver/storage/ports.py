@@ -11,7 +11,7 @@ unit tests' in-memory fakes satisfy the same protocols.
 Values crossing the boundary are the model's (``pipeline.model``), and so are
 the errors a port raises (``pipeline.model.storage``: ``Unavailable``,
 ``Refused``, ``Expired``, ``StoreError``, ``QueryError``); the frontend maps
-them to Kubernetes ``Status`` objects in ``apiserver.failures``. Nothing here
+them to Kubernetes ``Status`` objects in ``apiserver.contract.failures``. Nothing here
 (nor anywhere in ``apiserver``) imports a driver, the Kafka adapter or the
 committer: the import-linter contracts in pyproject.toml check it.
 """
@@ -42,7 +42,7 @@ class ObjectReader(Protocol):
                         ) -> list[StoredObject]:
         """Current objects in (namespace, name) order after ``after``:
         ``limit`` of them, fewer only at the end. ``conditions`` are SQL
-        referencing the bound ``params`` (``apiserver.selectors`` builds both)."""
+        referencing the bound ``params`` (``apiserver.contract.selectors`` builds both)."""
         ...
 
     async def versions(self, resource: str, wanted: Sequence[tuple[str, str, int]]
@@ -120,7 +120,7 @@ class ChangeFeed(Protocol):
 
 
 class AnalyticsQueries(Protocol):
-    """Read-only, bounded SQL for analysts (``apiserver.analytics``). Raises
+    """Read-only, bounded SQL for analysts (``apiserver.http.analytics``). Raises
     ``QueryError`` (``AnalyticsTimeout`` when stopped for its time) or
     ``StoreError``."""
 

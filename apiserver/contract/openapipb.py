@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import yaml
 
-from apiserver import openapi
+from apiserver.contract import openapi
 
 #: what kubectl asks for, and (a media type Go's parser accepts) what is answered
 ACCEPTED = ("application/com.github.proto-openapi.spec.v2@v1.0+protobuf",

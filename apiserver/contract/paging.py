@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from apiserver.errors import BadRequest
+from apiserver.contract.errors import BadRequest
 
 
 @dataclass(frozen=True)

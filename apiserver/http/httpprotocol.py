@@ -12,7 +12,7 @@ import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from apiserver.errors import ApiError, BadRequest
+from apiserver.contract.errors import ApiError, BadRequest
 
 
 class UriTooLong(ApiError):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from apiserver.errors import BadRequest
+from apiserver.contract.errors import BadRequest
 
 JSON = dict[str, Any]
 

@@ -11,7 +11,7 @@ import jsonpatch
 import orjson
 import yaml
 
-from apiserver.errors import BadRequest, Conflict, Invalid, UnsupportedMediaType, cause
+from apiserver.contract.errors import BadRequest, Conflict, Invalid, UnsupportedMediaType, cause
 from pipeline.model import managedfields
 
 JSON = dict[str, Any]

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from apiserver.errors import BadRequest, cause, invalid
-from apiserver.schema import json_type
+from apiserver.contract.errors import BadRequest, cause, invalid
+from apiserver.contract.schema import json_type
 from pipeline.model.resources import RESOURCES
 
 JSON = dict[str, Any]

@@ -1,6 +1,6 @@
 """Reading and writing reports: stored state overlaid with the change log's
 tail for reads, the committer for writes; each through a port
-(``apiserver.ports``)."""
+(``apiserver.storage.ports``)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from apiserver import failures, paging, patching, validation
-from apiserver.errors import BadRequest, Conflict, Gone, NotFound, Timeout
-from apiserver.ports import ChangeFeed, ObjectReader, WriteSubmitter
-from apiserver.selectors import FieldSelector, LabelSelector
+from apiserver.contract import failures, paging, patching, validation
+from apiserver.contract.errors import BadRequest, Conflict, Gone, NotFound, Timeout
+from apiserver.contract.selectors import FieldSelector, LabelSelector
+from apiserver.storage.ports import ChangeFeed, ObjectReader, WriteSubmitter
 from pipeline.model.cache import Cached, Event, Subscription
 from pipeline.model.messages import WriteRequest
 from pipeline.model.objects import now_rfc3339
