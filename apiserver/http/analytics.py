@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from apiserver.contract import failures
 from apiserver.contract.errors import BadRequest
-from apiserver.storage.ports import AnalyticsQueries
+from apiserver.http.state import frontend
 from pipeline.model.storage import StorageError
 
 PATH = "/analytics/v1/query"
@@ -27,32 +27,33 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-def endpoint(store: AnalyticsQueries) -> Any:
-    async def query(request: Request) -> Response:
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as err:
-            raise BadRequest(f"the request body is not valid JSON: {err}") from err
-        if not isinstance(body, dict) or not isinstance(body.get("query"), str):
-            raise BadRequest('the body must be {"query": "SELECT ...", "parameters": {...}}')
-        params = body.get("parameters") or {}
-        if not isinstance(params, dict):
-            raise BadRequest("parameters must be an object")
-        tag = str(uuid.uuid4())
-        running = asyncio.ensure_future(store.analytics(body["query"], params, tag=tag))
-        try:
-            # a client that goes away takes its query with it
-            while not (await asyncio.wait({running}, timeout=POLL_SECONDS))[0]:
-                if await request.is_disconnected():
-                    await store.cancel_analytics(tag)
-                    break
-            columns, rows = await running
-        except StorageError as err:
-            raise failures.api_error(err) from err
-        finally:
-            if not running.done():
+async def query(request: Request) -> Response:
+    """Run the body's query on the analytics store; its columns and rows."""
+    store = frontend(request).store
+    assert store is not None  # the route is served only with a store
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as err:
+        raise BadRequest(f"the request body is not valid JSON: {err}") from err
+    if not isinstance(body, dict) or not isinstance(body.get("query"), str):
+        raise BadRequest('the body must be {"query": "SELECT ...", "parameters": {...}}')
+    params = body.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise BadRequest("parameters must be an object")
+    tag = str(uuid.uuid4())
+    running = asyncio.ensure_future(store.analytics(body["query"], params, tag=tag))
+    try:
+        # a client that goes away takes its query with it
+        while not (await asyncio.wait({running}, timeout=POLL_SECONDS))[0]:
+            if await request.is_disconnected():
                 await store.cancel_analytics(tag)
-        return Response(orjson.dumps({"columns": columns, "rows": rows}, default=_default,
-                                     option=orjson.OPT_PASSTHROUGH_DATETIME),
-                        media_type="application/json")
-    return query
+                break
+        columns, rows = await running
+    except StorageError as err:
+        raise failures.api_error(err) from err
+    finally:
+        if not running.done():
+            await store.cancel_analytics(tag)
+    return Response(orjson.dumps({"columns": columns, "rows": rows}, default=_default,
+                                 option=orjson.OPT_PASSTHROUGH_DATETIME),
+                    media_type="application/json")

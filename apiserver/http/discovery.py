@@ -54,18 +54,6 @@ def api_resource_list(group: str, version: str) -> JSON | None:
 AGGREGATED_MEDIA_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 
-def wants_aggregated(accept: str) -> bool:
-    """Whether an Accept header asks for the aggregated discovery form (the
-    client lists it among the forms it takes; the legacy one otherwise)."""
-    for media_range in accept.split(","):
-        kind, *params = (part.strip() for part in media_range.split(";"))
-        values = dict(p.partition("=")[::2] for p in params)
-        if (kind == "application/json" and values.get("g") == "apidiscovery.k8s.io"
-                and values.get("v") == "v2" and values.get("as") == "APIGroupDiscoveryList"):
-            return True
-    return False
-
-
 def _resource_discovery(r: ResourceType) -> JSON:
     return {"resource": r.plural, "singularResource": r.singular,
             "scope": "Namespaced" if r.namespaced else "Cluster",

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from apiserver.contract import openapi, tables, validation
 from apiserver.contract.errors import BadRequest, Invalid, NotAcceptable
 from apiserver.http import discovery
-from apiserver.http.app import wants
+from apiserver.http.negotiation import wants
 from pipeline.model.resources import RESOURCES, by_path
 from tests.helpers import report
 
