@@ -34,8 +34,8 @@ from bench.scale import Options as ScaleOptions
 from bench.sidebyside import table as side_by_side_table
 from bench.workload import Mix, resources
 from kubeclient import KubeClientError
+from launcher.broker.cluster import KafkaCluster
 from launcher.commands import Command
-from launcher.kafkacluster import KafkaCluster
 from pipeline.model.resources import by_id
 from reportsamples.reports import ephemeral_report, policy_report
 

@@ -18,7 +18,7 @@ around the fault and every error a client saw, and it checks:
 - the only errors are 429 and 503 carrying ``retryAfterSeconds``;
 - writes resume by themselves.
 
-The cluster is anything with :class:`Brokers`' methods (``launcher.kafkacluster``'s).
+The cluster is anything with :class:`Brokers`' methods (``launcher.broker.cluster``'s).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any
 from apiserver.authn import RequestHeaders
 from kubeclient import ConfigError, target
 from launcher import commands, demo, migrate
-from launcher.broker import BrokerError
+from launcher.broker.singlenode import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.incluster import ClusterError, cluster_from_env
 from launcher.serving import serve

@@ -42,7 +42,7 @@ from apiserver.service import ReportService
 from apiserver.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
 from kubeclient import ConfigError, Target, target
 from launcher.agentprocess import AgentProcess, AgentStartError
-from launcher.broker import BrokerError, KafkaBroker
+from launcher.broker.singlenode import BrokerError, KafkaBroker
 from launcher.incluster import ClusterError, front_proxy_ca, keep_trusting
 from launcher.kubeapi import Reviews
 from pipeline.clickhouse.aggregates import AggregateWrites
