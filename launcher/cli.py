@@ -29,10 +29,11 @@ from typing import Any
 
 from apiserver.authn import RequestHeaders
 from kubeclient import ConfigError, target
-from launcher import commands, demo, migrate
+from launcher import commands, demo
 from launcher.broker.singlenode import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.incluster import ClusterError, cluster_from_env
+from launcher.migrate import transfer
 from launcher.serving import serve
 from launcher.system import (
     AlreadyRunning,
@@ -441,25 +442,25 @@ def _migrate(args: argparse.Namespace) -> int:
                                       " running?"))
         switch = None
         if args.direction == "in" and args.switch is not None:
-            switch = migrate.read_apiservices(args.switch.read_text())
-        plan = migrate.Plan(args.direction, page_size=args.page_size,
-                            concurrency=args.concurrency, existing=args.existing,
-                            switch=switch, switch_back=getattr(args, "switch_back", False),
-                            settle=getattr(args, "settle", 5.0))
+            switch = transfer.read_apiservices(args.switch.read_text())
+        plan = transfer.Plan(args.direction, page_size=args.page_size,
+                             concurrency=args.concurrency, existing=args.existing,
+                             switch=switch, switch_back=getattr(args, "switch_back", False),
+                             settle=getattr(args, "settle", 5.0))
 
         async def run_it() -> Any:
             cluster, store = await target(args.kubeconfig), await target(store_config)
-            async with migrate.Api(cluster, "the cluster") as c, \
-                    migrate.Api(store, "the store") as s:
-                return await migrate.migrate(plan, cluster=c, store=s,
-                                             say=lambda line: print(line, file=sys.stderr,
-                                                                    flush=True))
+            async with transfer.Api(cluster, "the cluster") as c, \
+                    transfer.Api(store, "the store") as s:
+                return await transfer.migrate(plan, cluster=c, store=s,
+                                              say=lambda line: print(line, file=sys.stderr,
+                                                                     flush=True))
         tally = asyncio.run(run_it())
-    except (ConfigError, migrate.MigrationError, OSError, ValueError) as err:
+    except (ConfigError, transfer.MigrationError, OSError, ValueError) as err:
         print(f"{name}: {err}", file=sys.stderr)
         return 1
-    print("\n".join(tally.lines(migrate.RESOURCES)))
-    failed = tally.total(migrate.FAILED)
+    print("\n".join(tally.lines(transfer.RESOURCES)))
+    failed = tally.total(transfer.FAILED)
     if failed:
         print(f"{name}: {failed} objects failed", file=sys.stderr)
     return 1 if failed or tally.notes else 0
