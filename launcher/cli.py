@@ -32,7 +32,7 @@ from kubeclient import ConfigError, target
 from launcher import commands, demo
 from launcher.broker.singlenode import BrokerError
 from launcher.dashboard import serve_dashboard
-from launcher.incluster import ClusterError, cluster_from_env
+from launcher.delegation.frontproxy import ClusterError, cluster_from_env
 from launcher.migrate import transfer
 from launcher.serving import serve
 from launcher.system import (
