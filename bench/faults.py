@@ -42,8 +42,8 @@ from aiokafka.structs import OffsetAndMetadata
 
 from bench.client import Client
 from bench.figures import Report, percentile
-from bench.running import RunningSystem
 from bench.traffic import Driver, Run, closed_loop
+from bench.upprocess import RunningSystem
 from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
 from kubeclient import APIError, KubeClientError
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS

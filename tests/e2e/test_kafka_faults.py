@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from bench import faults
-from bench.running import RunningSystem
+from bench.upprocess import RunningSystem
 from launcher.broker.cluster import KafkaCluster
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
 from pipeline.settings import Settings
