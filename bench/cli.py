@@ -27,15 +27,15 @@ from apiserver.contract import schema
 from bench import faults as bench_faults
 from bench import scale as bench_scale
 from bench.figures import Report
-from bench.runner import Options as BenchOptions
-from bench.runner import run as bench_run
-from bench.runner import write_json
 from bench.scale import Options as ScaleOptions
 from bench.sidebyside import table as side_by_side_table
+from bench.standardrun import Options as BenchOptions
+from bench.standardrun import run as bench_run
+from bench.standardrun import write_json
 from bench.workload import Mix, resources
 from kubeclient import KubeClientError
+from launcher.broker.cluster import KafkaCluster
 from launcher.commands import Command
-from launcher.kafkacluster import KafkaCluster
 from pipeline.model.resources import by_id
 from reportsamples.reports import ephemeral_report, policy_report
 

@@ -18,7 +18,7 @@ around the fault and every error a client saw, and it checks:
 - the only errors are 429 and 503 carrying ``retryAfterSeconds``;
 - writes resume by themselves.
 
-The cluster is anything with :class:`Brokers`' methods (``launcher.kafkacluster``'s).
+The cluster is anything with :class:`Brokers`' methods (``launcher.broker.cluster``'s).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from aiokafka.structs import OffsetAndMetadata
 
 from bench.client import Client
 from bench.figures import Report, percentile
-from bench.running import RunningSystem
 from bench.traffic import Driver, Run, closed_loop
+from bench.upprocess import RunningSystem
 from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
 from kubeclient import APIError, KubeClientError
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS

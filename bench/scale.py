@@ -31,13 +31,13 @@ import orjson
 import psutil
 from aiokafka import AIOKafkaProducer
 
-from bench import analytics
+from bench import versuspostgres
 from bench.baseline import EtcdCrds
 from bench.client import Client
 from bench.figures import percentile
-from bench.runner import Memory, settle, watch_lag
-from bench.running import RunningSystem
+from bench.standardrun import Memory, settle, watch_lag
 from bench.traffic import Driver, closed_loop, polr_collection
+from bench.upprocess import RunningSystem
 from bench.workload import POLR_PATH, Mix, random_failing
 from kubeclient import APIConflictError, APIError
 from kubeclient.errors import api_error
@@ -595,7 +595,7 @@ async def _size(target: Target, options: Options, size: int, reports: _Reports,
 
 async def _analytics(base: Path, row: Row, runs: int, progress: Callable[[str], None]
                      ) -> None:
-    compared = await analytics.compare(base, reports=row.size, runs=runs, progress=progress)
+    compared = await versuspostgres.compare(base, reports=row.size, runs=runs, progress=progress)
     for q in compared.questions:
         row.values[f"analytics {q.name}"] = q.speedup
         row.notes.append(f"analytics {q.name}: ClickHouse {q.clickhouse_seconds * 1000:.0f} ms,"

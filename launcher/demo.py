@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from launcher.broker import KafkaBroker
+from launcher.broker.singlenode import KafkaBroker
 from pipeline.commit.decision import current_after, decide
 from pipeline.kafka import changelog, topicadmin
 from pipeline.model.messages import Change, WriteRequest

@@ -42,9 +42,9 @@ from apiserver.http.responses import metrics_page
 from apiserver.storage.service import ReportService
 from kubeclient import ConfigError, Target, target
 from launcher.agentprocess import AgentProcess, AgentStartError
-from launcher.broker import BrokerError, KafkaBroker
-from launcher.incluster import ClusterError, front_proxy_ca, keep_trusting
-from launcher.kubeapi import Reviews
+from launcher.broker.singlenode import BrokerError, KafkaBroker
+from launcher.delegation.frontproxy import ClusterError, front_proxy_ca, keep_trusting
+from launcher.delegation.reviews import Reviews
 from pipeline.clickhouse.aggregates import AggregateWrites
 from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.clickhouse.changes import ChangeWrites

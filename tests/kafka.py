@@ -14,7 +14,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from launcher.broker import KafkaBroker
+from launcher.broker.singlenode import KafkaBroker
 from pipeline.kafka import clientconfig
 from pipeline.kafka.tail import Tail
 

@@ -16,7 +16,7 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
-from launcher.broker import KafkaBroker
+from launcher.broker.singlenode import KafkaBroker
 from pipeline.kafka import topicadmin, txnchecks
 from pipeline.kafka.transactions import Transactions
 from pipeline.model.resources import RESOURCES

@@ -25,8 +25,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from bench import faults
-from bench.running import RunningSystem
-from launcher.kafkacluster import KafkaCluster
+from bench.upprocess import RunningSystem
+from launcher.broker.cluster import KafkaCluster
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
 from pipeline.settings import Settings
 from tests.e2e.conftest import BIN

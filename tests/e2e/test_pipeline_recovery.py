@@ -21,7 +21,7 @@ import jsonschema
 import pytest
 from aiokafka import TopicPartition
 
-from launcher.broker import KafkaBroker
+from launcher.broker.singlenode import KafkaBroker
 from pipeline.aggregate import counts as aggregate
 from pipeline.kafka import clientconfig
 from pipeline.model.resources import RESOURCES

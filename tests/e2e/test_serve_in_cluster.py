@@ -27,7 +27,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from apiserver.access.tls import ensure_certificate
-from launcher.incluster import CONFIGMAP, cluster_from_env, front_proxy_ca, keep_trusting
+from launcher.delegation.frontproxy import (
+    CONFIGMAP,
+    cluster_from_env,
+    front_proxy_ca,
+    keep_trusting,
+)
 from tests.certs import issue, pem, write
 from tests.e2e.conftest import BIN
 from tests.kafka import running_broker
@@ -169,6 +174,6 @@ async def test_a_rotated_front_proxy_ca_is_trusted_without_restart(tmp_path: Pat
 
 
 def test_outside_a_pod_the_mistake_is_named() -> None:
-    from launcher.incluster import ClusterError
+    from launcher.delegation.frontproxy import ClusterError
     with pytest.raises(ClusterError, match="give --client-ca instead"):
         cluster_from_env({})

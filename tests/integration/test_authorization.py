@@ -28,7 +28,7 @@ from apiserver.access.authn import RequestHeaders
 from apiserver.access.tls import ensure_certificate
 from apiserver.http.app import Access
 from kubeclient import target
-from launcher.kubeapi import ACCESS_REVIEWS, TOKEN_REVIEWS, Reviews
+from launcher.delegation.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Reviews
 from launcher.system import System, https_config
 from pipeline.model.resources import RESOURCES
 from tests.certs import issue, write

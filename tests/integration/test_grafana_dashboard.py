@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench.analytics import generate, load
+from bench.versuspostgres import generate, load
 from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.clickhouse.connection import Connection
 from pipeline.settings import Settings

@@ -17,7 +17,8 @@ import pytest
 
 from bench import binaries
 from bench.baseline import BaselineFailed, EtcdCrds
-from launcher.cli import _parser, main
+from launcher.cli import main
+from launcher.parser import build_parser
 
 COMMANDS = ("up", "worker", "serve", "trends", "dashboard", "bench")
 
@@ -139,7 +140,7 @@ def test_every_command_explains_itself(capsys: pytest.CaptureFixture[str], comma
     description = text.split("\n\n")[1]
     assert len(description) > 80 and "``" not in text, text
     # every option has its text
-    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for action in sub.choices[command]._actions:
         assert action.help, f"{command} {action.option_strings} has no help"
     if command in ("up", "worker", "serve"):

@@ -1,5 +1,5 @@
 """The broker `up` runs, docker-compose's and the Helm chart's are one Kafka
-version, pinned in launcher/kafka-broker.pom.xml."""
+version, pinned in launcher/broker/kafka-broker.pom.xml."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from aiokafka.errors import ConcurrentTransactions
 from aiokafka.producer.sender import AddPartitionsToTxnHandler
 from aiokafka.producer.transaction_manager import TransactionManager
 
-from launcher.broker import _port_free, kafka_version, server_properties
-from launcher.kafkacluster import node_properties
+from launcher.broker.cluster import node_properties
+from launcher.broker.singlenode import _port_free, kafka_version, server_properties
 from pipeline.kafka.clientconfig import CONCURRENT_TRANSACTIONS_BACKOFF_S
 from pipeline.kafka.transport import FlushSentProducer
 

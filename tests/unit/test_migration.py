@@ -8,8 +8,7 @@ import copy
 import pytest
 import yaml
 
-from launcher.migrate import MigrationError, apiservice_name, discovery_path, read_apiservices
-from launcher.migration import (
+from launcher.migrate.objects import (
     COPIED,
     FAILED,
     SKIPPED,
@@ -20,6 +19,12 @@ from launcher.migration import (
     digest,
     key_of,
     owned_by_reports,
+)
+from launcher.migrate.transfer import (
+    MigrationError,
+    apiservice_name,
+    discovery_path,
+    read_apiservices,
 )
 from pipeline.model.resources import RESOURCES, by_kind
 

@@ -49,7 +49,7 @@ class BrokerError(RuntimeError):
 def kafka_version() -> str:
     """The Kafka version the pinned pom names."""
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    root = ET.fromstring(resources.files("launcher").joinpath(POM).read_text())
+    root = ET.fromstring(resources.files("launcher.broker").joinpath(POM).read_text())
     node = root.find("m:properties/m:kafka.version", ns)
     assert node is not None and node.text
     return node.text
@@ -143,7 +143,7 @@ async def _fetch(libs: Path, version: str, progress: Callable[[str], None]) -> N
                           " is needed to fetch it once (apt-get install maven), or set"
                           " KAFKA_BOOTSTRAP to a Kafka cluster")
     pom = libs.parent / POM
-    pom.write_text(resources.files("launcher").joinpath(POM).read_text())
+    pom.write_text(resources.files("launcher.broker").joinpath(POM).read_text())
     log_file = libs.parent / "fetch.log"
     progress(f"fetching Apache Kafka {version} from Maven Central into {libs.parent}"
              " (first start only)")

@@ -1,5 +1,5 @@
 """What moving reports between two Kubernetes APIs keeps, and what each
-object's copy does. Pure: no I/O (``launcher.migrate`` does the requests).
+object's copy does. Pure: no I/O (``launcher.migrate.transfer`` does the requests).
 
 A copy keeps an object's name, namespace, labels, annotations,
 ownerReferences, finalizers and every field outside ``metadata``. The

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from kubeclient import APIError, APIGoneError, Client, ConnectionFailed, Target
-from launcher.migration import (
+from launcher.migrate.objects import (
     COPIED,
     DELETED,
     FAILED,

@@ -21,12 +21,12 @@ from typing import Any
 import orjson
 import psutil
 
-from bench import analytics, sidebyside, soak
+from bench import sidebyside, soak, versuspostgres
 from bench.baseline import EtcdCrds
 from bench.client import TABLE, Client
 from bench.figures import Report, percentile
-from bench.running import RunningSystem
 from bench.traffic import Driver, Run, closed_loop, open_loop, polr_collection
+from bench.upprocess import RunningSystem
 from bench.workload import POLR_PATH, Mix, flip, resources
 from kubeclient import APIError
 from pipeline.settings import Settings
@@ -240,9 +240,10 @@ async def run(options: Options, *, progress: Callable[[str], None] = print) -> R
                                        soak_minutes=options.others_soak_minutes()))
         sidebyside.side_by_side(report, sidebyside.compared(clients, options.list_size), ours,
                                 baseline, others)
-        comparison = await analytics.compare(base / "analytics",
-                                             reports=options.analytics_reports,
-                                             runs=options.analytics_runs, progress=progress)
+        comparison = await versuspostgres.compare(base / "analytics",
+                                                  reports=options.analytics_reports,
+                                                  runs=options.analytics_runs,
+                                                  progress=progress)
         _analytics_figures(report, comparison)
     finally:
         if not keep:
@@ -502,7 +503,7 @@ def _errors(run: Run) -> str:
     return f"; errors {dict(run.errors)}" if run.errors else ""
 
 
-def _analytics_figures(report: Report, c: analytics.Comparison) -> None:
+def _analytics_figures(report: Report, c: versuspostgres.Comparison) -> None:
     for q in c.questions:
         same = "same rows" if q.clickhouse_rows == q.postgres_rows or q.name == "daily-fails" \
             else f"rows differ: {q.clickhouse_rows} vs {q.postgres_rows}"

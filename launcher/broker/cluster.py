@@ -26,7 +26,7 @@ import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from launcher.broker import (
+from launcher.broker.singlenode import (
     BrokerError,
     BrokerLayout,
     _port_free,
