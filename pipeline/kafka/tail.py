@@ -16,9 +16,9 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 #: How long one read waits for records before it returns none.
@@ -30,11 +30,37 @@ RETRY_SECONDS = 1.0
 Record = Any
 
 
+class PartitionConsumer(Protocol):
+    """What a tail asks of its consumer: ``aiokafka.AIOKafkaConsumer``'s
+    calls for one partition it assigns itself (a test's scripted consumer
+    gives the same)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def beginning_offsets(self, tps: list[TopicPartition]
+                                ) -> dict[TopicPartition, int]: ...
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    def assign(self, tps: list[TopicPartition]) -> None: ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None: ...
+
+    async def seek_to_end(self, tp: TopicPartition) -> None: ...
+
+    async def position(self, tp: TopicPartition) -> int: ...
+
+    async def getmany(self, tp: TopicPartition, *, timeout_ms: int,
+                      max_records: int | None) -> dict[TopicPartition, list[Record]]: ...
+
+
 class Tail:
     """One partition, read in order by ``consumer`` (started and stopped by
     the tail), a fetch of at most ``max_records`` at a time."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, tp: TopicPartition, *,
+    def __init__(self, consumer: PartitionConsumer, tp: TopicPartition, *,
                  timeout_ms: int = FETCH_TIMEOUT_MS, max_records: int | None = None):
         self.consumer = consumer
         self.tp = tp

@@ -84,7 +84,7 @@ def reads(consumer: Scripted) -> list[Any]:
 
 async def test_everything_is_read_from_the_first_offset_to_the_end_it_had() -> None:
     consumer = Scripted([[record(3), record(4)], 6, [record(7)], [record(9)]], begin=3, end=8)
-    async with Tail(consumer, TP) as tail:  # type: ignore[arg-type]
+    async with Tail(consumer, TP) as tail:
         batches = [[r.offset for r in records] async for records in tail.everything()]
     # a fetch that found only a marker moved the position all the same
     assert batches == [[3, 4], [], [7]]
@@ -96,14 +96,14 @@ async def test_everything_is_read_from_the_first_offset_to_the_end_it_had() -> N
 
 async def test_an_empty_partition_is_not_fetched_at_all() -> None:
     consumer = Scripted([], begin=5, end=5)
-    async with Tail(consumer, TP) as tail:  # type: ignore[arg-type]
+    async with Tail(consumer, TP) as tail:
         assert [records async for records in tail.everything()] == []
     assert reads(consumer) == []
 
 
 async def test_reading_to_the_end_stops_with_a_failed_read() -> None:
     consumer = Scripted([[record(0)], KafkaConnectionError("gone")], end=5)
-    tail = Tail(consumer, TP)  # type: ignore[arg-type]
+    tail = Tail(consumer, TP)
     tail.assign()
     tail.seek(0)
     got = []
@@ -115,7 +115,7 @@ async def test_reading_to_the_end_stops_with_a_failed_read() -> None:
 
 async def test_a_read_takes_the_tails_timeout_and_batch_size_unless_told_otherwise() -> None:
     consumer = Scripted([[record(0)], [record(1)]])
-    tail = Tail(consumer, TP, timeout_ms=250, max_records=10)  # type: ignore[arg-type]
+    tail = Tail(consumer, TP, timeout_ms=250, max_records=10)
     tail.seek(0)
     await tail.read()
     await tail.read(timeout_ms=5000, max_records=1)
@@ -124,7 +124,7 @@ async def test_a_read_takes_the_tails_timeout_and_batch_size_unless_told_otherwi
 
 async def test_reading_from_the_end_starts_at_its_position() -> None:
     consumer = Scripted([], end=42)
-    tail = Tail(consumer, TP)  # type: ignore[arg-type]
+    tail = Tail(consumer, TP)
     tail.assign()
     assert await tail.seek_to_end() == 42
     assert await tail.position() == 42
@@ -134,7 +134,7 @@ async def test_a_follower_logs_a_failed_read_and_reads_again(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(tailing, "RETRY_SECONDS", 0.0)
     consumer = Scripted([[record(0)], KafkaConnectionError("gone"), 2, [record(2)]])
-    tail = Tail(consumer, TP)  # type: ignore[arg-type]
+    tail = Tail(consumer, TP)
     tail.seek(0)
     logger = logging.getLogger("tests.follower")
     got: list[list[int]] = []
@@ -153,7 +153,7 @@ async def test_a_follower_logs_a_failed_read_and_reads_again(
 
 async def test_a_follower_stops_when_its_task_is_cancelled() -> None:
     consumer = Scripted([[record(0)]])
-    tail = Tail(consumer, TP)  # type: ignore[arg-type]
+    tail = Tail(consumer, TP)
     tail.seek(0)
     got: list[Any] = []
     seen = asyncio.Event()
