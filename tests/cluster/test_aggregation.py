@@ -42,7 +42,7 @@ def test_the_walkthrough_through_kube_apiserver(system: System) -> None:
     commands, the same answers; the analytics query and the trend report go
     to the system itself, as README says."""
     cwd = system.root
-    for name in ("bench", "examples"):
+    for name in ("reportsamples", "examples"):
         if not (cwd / name).exists():
             (cwd / name).symlink_to(ROOT / name)
     script = [c for block in blocks(section("## Walkthrough"), "console")[1:]
