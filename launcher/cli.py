@@ -17,7 +17,8 @@ from launcher import commands, demo
 from launcher.broker.singlenode import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.delegation.frontproxy import ClusterError, cluster_from_env
-from launcher.migrate import transfer
+from launcher.migrate import api, transfer
+from launcher.migrate.switch import read_apiservices
 from launcher.parser import build_parser
 from launcher.serving import serve
 from launcher.system import (
@@ -125,7 +126,7 @@ def _migrate(args: argparse.Namespace) -> int:
                                       " running?"))
         switch = None
         if args.direction == "in" and args.switch is not None:
-            switch = transfer.read_apiservices(args.switch.read_text())
+            switch = read_apiservices(args.switch.read_text())
         plan = transfer.Plan(args.direction, page_size=args.page_size,
                              concurrency=args.concurrency, existing=args.existing,
                              switch=switch, switch_back=getattr(args, "switch_back", False),
@@ -133,13 +134,13 @@ def _migrate(args: argparse.Namespace) -> int:
 
         async def run_it() -> Any:
             cluster, store = await target(args.kubeconfig), await target(store_config)
-            async with transfer.Api(cluster, "the cluster") as c, \
-                    transfer.Api(store, "the store") as s:
+            async with api.Api(cluster, "the cluster") as c, \
+                    api.Api(store, "the store") as s:
                 return await transfer.migrate(plan, cluster=c, store=s,
                                               say=lambda line: print(line, file=sys.stderr,
                                                                      flush=True))
         tally = asyncio.run(run_it())
-    except (ConfigError, transfer.MigrationError, OSError, ValueError) as err:
+    except (ConfigError, api.MigrationError, OSError, ValueError) as err:
         print(f"{name}: {err}", file=sys.stderr)
         return 1
     print("\n".join(tally.lines(transfer.RESOURCES)))

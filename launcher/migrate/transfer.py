@@ -24,21 +24,19 @@ frontend's Service (the store).
 
 Both page through lists, may be run again at any time (an object already at
 the destination with the same content is left alone) and end with a summary.
-Both Kubernetes APIs are reached with ``kubeclient``.
+Both Kubernetes APIs are reached through ``api.Api`` (``kubeclient``); the
+APIServices are switched in ``switch``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import yaml
-
-from kubeclient import APIError, APIGoneError, Client, ConnectionFailed, Target
+from kubeclient import APIError
+from launcher.migrate.api import CONNECTED, Api, MigrationError, collection, item
 from launcher.migrate.objects import (
     COPIED,
     DELETED,
@@ -56,221 +54,13 @@ from launcher.migrate.objects import (
     key_of,
     owned_by_reports,
 )
+from launcher.migrate.switch import apiservice_name, give_back, served_by, take_over
 from pipeline.model.resources import RESOURCES, ResourceType, groups
 
-APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-#: the label kube-apiserver puts on the APIServices it registers for CRDs
-#: (and keeps in sync while it is there)
-AUTOMANAGED = "kube-aggregator.kubernetes.io/automanaged"
-REQUEST_SECONDS = 60.0
-MANAGER = "reports-pipeline-migrate"
-#: the event ``Api.watch`` yields first, once the server accepted the watch
-CONNECTED = "CONNECTED"
 #: how long every watch of the CRDs must have held before the switch
 HOLD_SECONDS = 1.0
 
-
-class MigrationError(RuntimeError):
-    """The migration cannot go on (a reason for the user, no traceback)."""
-
-
-class Api:
-    """One Kubernetes API (``kubeclient``), named for messages."""
-
-    def __init__(self, target: Target, name: str):
-        self.target = target
-        self.name = name
-        # the copies' managedFields name this manager
-        self._client = Client(target, user_agent=f"{MANAGER}/1", timeout=REQUEST_SECONDS)
-
-    async def __aenter__(self) -> Api:
-        return self
-
-    async def __aexit__(self, *_: Any) -> None:
-        await self._client.close()
-
-    async def call(self, method: str, path: str, body: JSON | None = None,
-                   params: dict[str, str] | None = None) -> JSON:
-        """The response body of a 2xx answer; ``APIError`` otherwise."""
-        try:
-            return await self._client.json(method, path, body=body, params=params)
-        except ConnectionFailed as err:
-            raise MigrationError(f"{self.name} ({err.server}): {err.detail}") from err
-
-    async def pages(self, resource: ResourceType, limit: int
-                    ) -> AsyncIterator[tuple[list[JSON], str]]:
-        """Every object of ``resource`` in every namespace, a page at a time,
-        with the list's resourceVersion (of the last page: a watch starts
-        there). A continue token that expired starts the list again."""
-        token = ""
-        while True:
-            params = {"limit": str(limit)}
-            if token:
-                params["continue"] = token
-            try:
-                page = await self.call("GET", collection(resource), params=params)
-            except APIGoneError:
-                if token:
-                    token = ""  # the snapshot is gone: again (copies are idempotent)
-                    continue
-                raise
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
-            yield page.get("items") or [], meta.get("resourceVersion", "")
-            if not token:
-                return
-
-    async def watch(self, resource: ResourceType, resource_version: str
-                    ) -> AsyncIterator[JSON]:
-        """Watch events from ``resource_version`` until the server ends the
-        watch, after a first ``CONNECTED`` once the server accepted it."""
-        params = {"watch": "1", "resourceVersion": resource_version,
-                  "allowWatchBookmarks": "true"}
-        try:
-            async with self._client.stream(collection(resource), params=params) as events:
-                yield {"type": CONNECTED}
-                async for event in events:
-                    yield event
-        except ConnectionFailed as err:
-            raise MigrationError(f"{self.name} ({err.server}): {err.detail}") from err
-
-
-def collection(resource: ResourceType, namespace: str = "") -> str:
-    where = f"/namespaces/{namespace}" if namespace else ""
-    return f"/apis/{resource.group}/{resource.version}{where}/{resource.plural}"
-
-
-def item(resource: ResourceType, key: Key) -> str:
-    return f"{collection(resource, key.namespace)}/{key.name}"
-
-
-def apiservice_name(group: str, version: str) -> str:
-    return f"{version}.{group}"
-
-
-def discovery_path(apiservice: str) -> str:
-    """Where kube-apiserver serves the group version of APIService ``apiservice``."""
-    version, group = apiservice.split(".", 1)
-    return f"/apis/{group}/{version}"
-
-
-# -- which side serves a group -------------------------------------------------
-
-async def served_by(cluster: Api, group: str, version: str) -> str | None:
-    """``crds`` (a local APIService), ``service NS/NAME``, or None when the
-    cluster does not serve the group/version at all."""
-    try:
-        found = await cluster.call("GET", f"{APISERVICES}/{apiservice_name(group, version)}")
-    except APIError as err:
-        if err.status == 404:
-            return None
-        raise MigrationError(f"reading the APIServices of {cluster.name}: {err.reason}"
-                             ) from err
-    service = (found.get("spec") or {}).get("service")
-    return f"service {service.get('namespace')}/{service.get('name')}" if service else "crds"
-
-
-def available(found: JSON) -> bool:
-    return any(c.get("type") == "Available" and c.get("status") == "True"
-               for c in (found.get("status") or {}).get("conditions") or [])
-
-
-async def take_over(cluster: Api, apiservices: Sequence[JSON], say: Callable[[str], None],
-                    *, timeout: float = 120) -> None:
-    """Replace each group's APIService with one of ``apiservices``, dropping
-    kube-apiserver's automanaged label (with it, kube-apiserver would put
-    the CRDs' back), and wait until each is Available."""
-    for wanted in apiservices:
-        name = wanted["metadata"]["name"]
-        while True:
-            try:
-                current: JSON | None = await cluster.call("GET", f"{APISERVICES}/{name}")
-            except APIError as err:
-                if err.status != 404:
-                    raise MigrationError(f"APIService {name}: {err.reason}") from err
-                current = None
-            labels = {k: v for k, v in (wanted["metadata"].get("labels") or {}).items()
-                      if k != AUTOMANAGED}
-            body = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-                    "metadata": {"name": name, "labels": labels,
-                                 "annotations": wanted["metadata"].get("annotations") or {}},
-                    "spec": wanted["spec"]}
-            try:
-                if current is None:
-                    await cluster.call("POST", APISERVICES, body)
-                else:
-                    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                    await cluster.call("PUT", f"{APISERVICES}/{name}", body)
-                break
-            except APIError as err:
-                if err.status != 409:  # kube-apiserver changed it meanwhile: again
-                    raise MigrationError(f"APIService {name}: {err.reason}") from err
-        say(f"APIService {name} now points at service"
-            f" {wanted['spec']['service']['namespace']}/{wanted['spec']['service']['name']}")
-    await _wait(cluster, [a["metadata"]["name"] for a in apiservices], local=False,
-                timeout=timeout)
-
-
-async def give_back(cluster: Api, names: Sequence[str], say: Callable[[str], None], *,
-                    wait: Sequence[str], timeout: float = 120) -> None:
-    """Delete the store's APIServices of ``names``; kube-apiserver registers
-    the CRDs' own again. Waits until the CRDs serve each of ``wait``."""
-    for name in names:
-        found = await cluster.call("GET", f"{APISERVICES}/{name}")
-        if (found.get("spec") or {}).get("service"):
-            with contextlib.suppress(APIError):
-                await cluster.call("DELETE", f"{APISERVICES}/{name}")
-            say(f"APIService {name} removed: its CRDs serve it again")
-    await _wait(cluster, wait, local=True, timeout=timeout)
-
-
-async def _wait(cluster: Api, names: Sequence[str], *, local: bool, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for name in names:
-        while True:
-            try:
-                found = await cluster.call("GET", f"{APISERVICES}/{name}")
-                is_local = not (found.get("spec") or {}).get("service")
-                if is_local == local and available(found) and await _answered(cluster, name):
-                    break
-            except APIError as err:
-                if err.status != 404:
-                    raise MigrationError(f"APIService {name}: {err.reason}") from err
-            if time.monotonic() > deadline:
-                side = "the CRDs (are they applied?)" if local else "the store's frontend"
-                raise MigrationError(f"APIService {name} is not Available from {side}"
-                                     f" within {timeout:g} s")
-            await asyncio.sleep(0.5)
-
-
-async def _answered(cluster: Api, name: str) -> bool:
-    """Whether kube-apiserver answers the group version of APIService
-    ``name``. Its proxy learns the Available condition from an informer of
-    its own, a moment after the condition shows; until then it answers 503."""
-    try:
-        await cluster.call("GET", discovery_path(name))
-    except APIError:
-        return False
-    return True
-
-
-def read_apiservices(text: str) -> list[JSON]:
-    """The APIService documents of a manifest (the chart's)."""
-    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-    found = [d for d in docs if d.get("kind") == "APIService"]
-    wanted = {apiservice_name(g, v) for g, v in groups().items()}
-    for doc in found:
-        if not (doc.get("spec") or {}).get("service"):
-            raise MigrationError(f"APIService {doc['metadata']['name']} names no service")
-    names = {d["metadata"]["name"] for d in found}
-    if names != wanted:
-        raise MigrationError(f"the manifest must hold the APIServices {sorted(wanted)};"
-                             f" it holds {sorted(names)}")
-    return found
-
-
-# -- the copy ------------------------------------------------------------------
 
 @dataclass
 class Copier:

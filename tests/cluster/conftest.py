@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from launcher.migrate.transfer import discovery_path
+from launcher.migrate.switch import discovery_path
 from tests.cluster import binaries
 from tests.cluster.controlplane import (
     NODE_ADDRESS,

@@ -8,6 +8,7 @@ import copy
 import pytest
 import yaml
 
+from launcher.migrate.api import MigrationError
 from launcher.migrate.objects import (
     COPIED,
     FAILED,
@@ -20,12 +21,7 @@ from launcher.migrate.objects import (
     key_of,
     owned_by_reports,
 )
-from launcher.migrate.transfer import (
-    MigrationError,
-    apiservice_name,
-    discovery_path,
-    read_apiservices,
-)
+from launcher.migrate.switch import apiservice_name, discovery_path, read_apiservices
 from pipeline.model.resources import RESOURCES, by_kind
 
 POLR = by_kind("wgpolicyk8s.io/v1alpha2", "PolicyReport")
