@@ -14,7 +14,7 @@ from typing import Any
 from apiserver.access.authn import RequestHeaders
 from kubeclient import ConfigError, target
 from launcher import commands, demo
-from launcher.broker.singlenode import BrokerError
+from launcher.broker.jars import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.delegation.frontproxy import ClusterError, cluster_from_env
 from launcher.migrate import api, transfer

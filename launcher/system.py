@@ -42,7 +42,8 @@ from apiserver.http.responses import metrics_page
 from apiserver.storage.service import ReportService
 from kubeclient import ConfigError, Target, target
 from launcher.agentprocess import AgentProcess, AgentStartError
-from launcher.broker.singlenode import BrokerError, KafkaBroker
+from launcher.broker.jars import BrokerError
+from launcher.broker.singlenode import KafkaBroker
 from launcher.delegation.frontproxy import ClusterError, front_proxy_ca, keep_trusting
 from launcher.delegation.reviews import Reviews
 from pipeline.clickhouse.aggregates import AggregateWrites

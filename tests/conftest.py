@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.broker.singlenode import BrokerError, default_cache, ensure_jars
+from launcher.broker.jars import BrokerError, default_cache, ensure_jars
 
 TESTS = Path(__file__).resolve().parent
 #: the tiers that start a Kafka broker (in-process, or as `up` does)

@@ -26,19 +26,17 @@ import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from launcher.broker.singlenode import (
-    BrokerError,
+from launcher.broker.jars import BrokerError, default_cache, ensure_jars
+from launcher.broker.node import (
     BrokerLayout,
-    _port_free,
     answers,
     cluster_id,
-    default_cache,
-    ensure_jars,
     format_storage,
     free_port,
     java_command,
     kraft_node,
     log4j_properties,
+    port_free,
 )
 from pipeline.runtime.processes import die_with_parent
 
@@ -164,7 +162,7 @@ class KafkaCluster:
             mine = saved.get("nodes", {}).get(str(n.id), {})
             for attr in ("port", "controller_port"):
                 port = mine.get(attr, 0)
-                if not (port and port not in taken and _port_free(port)):
+                if not (port and port not in taken and port_free(port)):
                     port = free_port()
                     while port in taken:
                         port = free_port()

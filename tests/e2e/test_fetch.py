@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 FETCH = """
 import asyncio, sys
 from pathlib import Path
-import launcher.broker.singlenode as broker
+import launcher.broker.jars as broker
 try:
     print(asyncio.run(broker.ensure_jars(Path(sys.argv[1]), progress=lambda m: None)))
 except broker.BrokerError as err:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.broker.singlenode import DEPENDENCY_PLUGIN, fetch_failed, maven_reason
+from launcher.broker.jars import DEPENDENCY_PLUGIN, fetch_failed, maven_reason
 
 OFFLINE = (
     "[ERROR] Plugin org.apache.maven.plugins:maven-dependency-plugin:3.8.1 or one of its"

@@ -14,7 +14,8 @@ from aiokafka.producer.sender import AddPartitionsToTxnHandler
 from aiokafka.producer.transaction_manager import TransactionManager
 
 from launcher.broker.cluster import node_properties
-from launcher.broker.singlenode import _port_free, kafka_version, server_properties
+from launcher.broker.jars import kafka_version
+from launcher.broker.node import port_free, server_properties
 from pipeline.kafka.clientconfig import CONCURRENT_TRANSACTIONS_BACKOFF_S
 from pipeline.kafka.transport import FlushSentProducer
 
@@ -53,11 +54,11 @@ def test_a_killed_brokers_port_is_free_again_while_only_its_connections_linger()
     port = listener.getsockname()[1]
     client = socket.create_connection(("127.0.0.1", port))
     accepted, _ = listener.accept()
-    assert not _port_free(port), "a port someone listens on is taken"
+    assert not port_free(port), "a port someone listens on is taken"
     accepted.close()  # the server closes first: its end waits in TIME_WAIT
     listener.close()
     client.close()
-    assert _port_free(port)
+    assert port_free(port)
 
 
 async def test_a_transaction_begun_while_the_last_ones_markers_are_written_asks_again_soon(
