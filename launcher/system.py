@@ -38,7 +38,7 @@ from apiserver.access.authn import RequestHeaders
 from apiserver.access.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
 from apiserver.http.app import Access, create_app
 from apiserver.http.httpprotocol import protocol
-from apiserver.http.responses import metrics_page
+from apiserver.http.instrumentation import metrics_page
 from apiserver.storage.service import ReportService
 from kubeclient import ConfigError, Target, target
 from launcher.agentprocess import AgentProcess, AgentStartError

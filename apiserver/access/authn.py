@@ -28,7 +28,7 @@ from urllib.parse import unquote
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from apiserver.contract.errors import ApiError, Unauthorized, Unavailable
-from apiserver.http.responses import error_response
+from apiserver.responses import error_response
 
 #: paths anyone may ask, as the kube-apiserver's default
 #: ``--authorization-always-allow-paths`` and public-info-viewer role

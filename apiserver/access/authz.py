@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from apiserver.access.authn import PUBLIC, ReviewUnavailable, UserInfo
 from apiserver.access.requestinfo import Attributes, request_info
 from apiserver.contract.errors import ApiError, Unavailable
-from apiserver.http.responses import error_response
+from apiserver.responses import error_response
 from pipeline.observe import metrics
 
 

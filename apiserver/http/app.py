@@ -19,10 +19,10 @@ from apiserver.access.authz import AccessReviewer, Authorization
 from apiserver.contract import failures
 from apiserver.contract.errors import ApiError, BadRequest, MethodNotAllowed, NotFound
 from apiserver.http import analytics, documents
-from apiserver.http.instrumentation import Instrumented
+from apiserver.http.instrumentation import Instrumented, metrics_page
 from apiserver.http.resources import resource
-from apiserver.http.responses import error_response, metrics_page
 from apiserver.http.state import Frontend
+from apiserver.responses import error_response
 from apiserver.storage.ports import AnalyticsQueries
 from apiserver.storage.service import ReportService
 from pipeline.model.storage import StorageError

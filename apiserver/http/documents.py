@@ -14,7 +14,7 @@ from apiserver.contract import openapi, openapipb
 from apiserver.contract.errors import NotFound
 from apiserver.http import discovery
 from apiserver.http.negotiation import openapi_v2_media, wants_aggregated
-from apiserver.http.responses import json_response
+from apiserver.responses import json_response
 
 
 def _etag_of(body: bytes) -> str:

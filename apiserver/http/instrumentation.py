@@ -2,12 +2,14 @@
 kube-apiserver does (``apiserver_request_total``,
 ``apiserver_request_duration_seconds``), by the verb a Kubernetes client
 means (get, list, watch, create, update, patch, delete, deletecollection),
-API group and resource; and the watches being served."""
+API group and resource; and the watches being served. Serves the metrics page."""
 
 from __future__ import annotations
 
 import time
 
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from apiserver.access.requestinfo import request_info
@@ -48,3 +50,9 @@ class Instrumented:
             else:
                 metrics.labelled(metrics.REQUEST_SECONDS, verb, group, resource).observe(
                     time.perf_counter() - started)
+
+
+async def metrics_page(request: Request) -> Response:
+    """The process's Prometheus metrics."""
+    body, content_type = metrics.exposition()
+    return Response(body, headers={"Content-Type": content_type})

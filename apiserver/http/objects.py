@@ -9,7 +9,7 @@ import yaml
 from starlette.responses import Response
 
 from apiserver.contract import tables
-from apiserver.http.responses import json_response
+from apiserver.responses import json_response
 from apiserver.storage.service import Written, as_json
 from pipeline.model.cache import Cached
 from pipeline.model.resources import ResourceType

@@ -1,27 +1,20 @@
-"""JSON responses, and errors as Kubernetes ``Status`` responses."""
+"""JSON responses, and errors as Kubernetes ``Status`` responses: what the
+HTTP handlers answer and the access middleware refuses with."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
-from starlette.requests import Request
 from starlette.responses import Response
 
 from apiserver.contract.errors import ApiError
-from pipeline.observe import metrics
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None
                   ) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json",
                     headers=headers)
-
-
-async def metrics_page(request: Request) -> Response:
-    """The process's Prometheus metrics."""
-    body, content_type = metrics.exposition()
-    return Response(body, headers={"Content-Type": content_type})
 
 
 def error_response(err: ApiError) -> Response:
