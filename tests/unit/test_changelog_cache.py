@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.model.cache import Cached, Event
-from pipeline.model.messages import Change
+from pipeline.model.messages import Change, EventType
 from pipeline.model.storage import Unavailable
 from pipeline.serving.changelog import ChangeLog
 from pipeline.settings import Settings
@@ -18,10 +18,10 @@ def _cache(size: int = 10) -> ChangeLog:
                      bootstrap="")
 
 
-def _event(name: str, rv: int, etype: str = "MODIFIED") -> Event:
+def _event(name: str, rv: int, etype: EventType = "MODIFIED") -> Event:
     obj = {"apiVersion": "v1", "kind": "X", "metadata": {"name": name, "namespace": "ns",
                                                          "resourceVersion": str(rv)}}
-    return Event(("polr", "ns", name), Cached.of(Change(etype, obj, rv)))  # type: ignore[arg-type]
+    return Event(("polr", "ns", name), Cached.of(Change(etype, obj, rv)))
 
 
 async def test_committed_finds_the_version_written_not_the_latest() -> None:

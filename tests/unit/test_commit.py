@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from pipeline.commit.decision import current_after, decide
 from pipeline.commit.state import kept
-from pipeline.model.messages import WriteRequest
+from pipeline.model.messages import Op, WriteRequest
 from pipeline.model.resources import RESOURCES
 from pipeline.model.versions import Current
 from tests.helpers import report
@@ -15,8 +15,8 @@ POLR = RESOURCES[0]
 NOW = "2026-11-21T10:00:00Z"
 
 
-def req(op: str, rid: str = "r1", obj: dict | None = None, **pre: str) -> WriteRequest:
-    return WriteRequest(id=rid, op=op, resource=POLR.id, namespace="ns", name="a",  # type: ignore[arg-type]
+def req(op: Op, rid: str = "r1", obj: dict | None = None, **pre: str) -> WriteRequest:
+    return WriteRequest(id=rid, op=op, resource=POLR.id, namespace="ns", name="a",
                         reply_to="replies", now=NOW, obj=obj, preconditions=pre)
 
 

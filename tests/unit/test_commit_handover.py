@@ -18,7 +18,7 @@ POLR = RESOURCES[0]
 
 
 def request(rid: str) -> WriteRequest:
-    return WriteRequest(id=rid, op="create", resource=POLR.id, namespace="ns",  # type: ignore[arg-type]
+    return WriteRequest(id=rid, op="create", resource=POLR.id, namespace="ns",
                         name=rid, reply_to="replies", now="2026-01-01T00:00:00Z",
                         obj=report(POLR, rid, "ns"))
 

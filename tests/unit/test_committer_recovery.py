@@ -59,7 +59,7 @@ def committer(store: Materialized) -> Committer:
 
 
 def create(name: str, request: str = "") -> WriteRequest:
-    return WriteRequest(id=request or name, op="create", resource=POLR.id,  # type: ignore[arg-type]
+    return WriteRequest(id=request or name, op="create", resource=POLR.id,
                         namespace="ns", name=name, reply_to="", now="2026-11-29T10:00:00Z",
                         obj=report(POLR, name, "ns"))
 
