@@ -17,6 +17,7 @@ from launcher import commands, demo
 from launcher.broker.jars import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.delegation.frontproxy import ClusterError, cluster_from_env
+from launcher.fleet import FleetOptions, run_fleet
 from launcher.migrate import api, transfer
 from launcher.migrate.switch import read_apiservices
 from launcher.parser import build_parser
@@ -36,6 +37,7 @@ from launcher.trends import (
     TrendQuery,
     run_trends,
 )
+from pipeline.fleet.sources import SourceError
 from pipeline.runtime import memory
 from pipeline.settings import Settings
 
@@ -154,6 +156,21 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
+def _fleet(args: argparse.Namespace, settings: Settings) -> int:
+    options = FleetOptions(args.data_dir, sources=args.source, config=args.config,
+                           host=args.host, port=args.port)
+    if not options.sources and options.config is None:
+        print("reports-pipeline fleet: give the clusters to follow (--source or --config)",
+              file=sys.stderr)
+        return 2
+    try:
+        serve(run_fleet(settings, options))
+    except (StartupError, AlreadyRunning, SourceError) as err:
+        print(f"reports-pipeline fleet: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -173,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         return _dashboard(args, settings)
     if args.command == "migrate":
         return _migrate(args)
+    if args.command == "fleet":
+        return _fleet(args, settings)
     if args.command not in ("up", "demo") and not (settings.kafka_bootstrap
                                                     and settings.clickhouse_url):
         parser.exit(2, f"reports-pipeline {args.command}: needs KAFKA_BOOTSTRAP and"

@@ -11,6 +11,7 @@ from typing import TypeAlias
 
 from launcher import commands
 from launcher.trends import parse_duration
+from pipeline.fleet.sources import Source, SourceError, from_flag
 
 #: what each command's parser is added to
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -60,6 +61,12 @@ ENV_DASHBOARD = """environment:
   REPORTS_DATABASE         the ClickHouse database (default: reports)
   REPORTS_DASHBOARD_TOKEN  the token a browser must present when reading CLICKHOUSE_URL
                            (default: a random one, printed in the URL)"""
+
+
+ENV_FLEET = """environment:
+  CLICKHOUSE_URL    a ClickHouse server for the fleet's store (default: embedded
+                    chDB under DATA/clickhouse)
+  REPORTS_DATABASE  its database (default: reports)"""
 
 
 class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -175,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="warning", type=str.lower, choices=LOG_LEVELS,
                         help="how much the system logs to stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_up, _worker, _serve, _trends, _dashboard, _demo, _migrate,
+    for add in (_up, _worker, _serve, _trends, _dashboard, _demo, _migrate, _fleet,
                 _entry_points):
         add(sub)
     return parser
@@ -294,6 +301,42 @@ def _demo(sub: Commands) -> None:
     dem.add_argument("--host", default="127.0.0.1",
                      help="address the frontend listens on (0.0.0.0: every interface)")
     dem.add_argument("--port", type=port, default=0, help="frontend port (0: any free one)")
+
+
+def _fleet(sub: Commands) -> None:
+    """``fleet``: many clusters' public topics into one analytics store."""
+    fleet = sub.add_parser(
+        "fleet", help="follow several clusters' public topics into one analytics store",
+        formatter_class=_Help,
+        description=_about("Follow the public topics of several clusters (each one's change"
+        " log and summaries, read_committed) into one analytics store, with the cluster in"
+        " every row: its current reports, the results' history and the trend tables. Each"
+        " batch is written with the positions it ends at, so a restart (after a crash too)"
+        " counts nothing twice. The store is served read-only as `up` serves its own:"
+        " `trends --data-dir DATA` and `dashboard --data-dir DATA` read it, and"
+        " /fleet/v1/sources shows each cluster's state (following, unreachable, or resync"
+        " when its change log no longer holds what the fleet has not taken)."),
+        epilog=ENV_FLEET)
+    fleet.add_argument("--data-dir", type=Path, required=True,
+                       help="the fleet's directory: its embedded ClickHouse, TLS and kubeconfig")
+    fleet.add_argument("--source", action="append", default=[], type=_source,
+                       metavar="NAME=BOOTSTRAP[/PREFIX]",
+                       help="a cluster to follow: its name, its Kafka's bootstrap servers and"
+                            " its topic prefix (default reports); repeatable")
+    fleet.add_argument("--config", type=Path,
+                       help="a YAML file of clusters (name, bootstrap, prefix), read again when"
+                            " it changes")
+    fleet.add_argument("--host", default="127.0.0.1",
+                       help="address the analytics endpoint listens on (0.0.0.0: every"
+                            " interface)")
+    fleet.add_argument("--port", type=port, default=0, help="its port (0: any free one)")
+
+
+def _source(text: str) -> Source:
+    try:
+        return from_flag(text)
+    except SourceError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def _migrate(sub: Commands) -> None:

@@ -81,11 +81,12 @@ PUBLIC_TOPICS = ("changes_topic", "result_events_topic", "summaries_topic")
 
 
 @contextlib.contextmanager
-def data_dir_lock(data_dir: Path) -> Iterator[None]:
+def data_dir_lock(data_dir: Path, command: str = "up") -> Iterator[None]:
+    """Hold ``data_dir`` for one process of ``command`` at a time."""
     try:
         # it holds the kubeconfig's token and the TLS key: the user's alone
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        lock_file: IO[str] = open(data_dir / "up.lock", "a+")  # noqa: SIM115
+        lock_file: IO[str] = open(data_dir / f"{command}.lock", "a+")  # noqa: SIM115
     except OSError as err:
         raise StartupError(f"cannot use --data-dir {data_dir}: {err.strerror}") from err
     try:
@@ -94,7 +95,7 @@ def data_dir_lock(data_dir: Path) -> Iterator[None]:
         except BlockingIOError as err:
             lock_file.seek(0)
             pid = lock_file.read().strip() or "unknown"
-            raise AlreadyRunning(f"reports-pipeline up is already running on {data_dir}"
+            raise AlreadyRunning(f"reports-pipeline {command} is already running on {data_dir}"
                                  f" (pid {pid}); stop it first") from err
         lock_file.seek(0)
         lock_file.truncate()
@@ -105,10 +106,12 @@ def data_dir_lock(data_dir: Path) -> Iterator[None]:
         lock_file.close()
 
 
-class _Server(uvicorn.Server):
+class SignalFreeServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the process that runs it owns them."""
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        yield  # signals belong to the System
+        yield
 
 
 @dataclass
@@ -347,8 +350,8 @@ async def run(settings: Settings, options: ServeOptions) -> None:
     health = Health()
     probes = None
     if options.health_sock is not None:
-        probes = _Server(uvicorn.Config(health.app(), log_level="warning", access_log=False,
-                                        lifespan="off"))
+        probes = SignalFreeServer(uvicorn.Config(health.app(), log_level="warning",
+                                                 access_log=False, lifespan="off"))
         health.task = asyncio.create_task(probes.serve(sockets=[options.health_sock]),
                                           name="health")
     whole = options.worker and options.frontend  # `up`, which can run its own
@@ -420,7 +423,7 @@ async def _serve(system: System, options: ServeOptions, waiter: asyncio.Task[boo
         client_ca.write_text(front_proxy_pem)
     sock = options.sock or listen(options.host, options.port)
     port = sock.getsockname()[1]
-    server = _Server(https_config(system.app, cert=cert, key=key, client_ca=client_ca,
+    server = SignalFreeServer(https_config(system.app, cert=cert, key=key, client_ca=client_ca,
                                   settings=system.settings))
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
     refreshing = None

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from apiserver.contract import failures
 from apiserver.contract.errors import BadRequest
-from apiserver.http.state import frontend
+from apiserver.storage.ports import AnalyticsQueries
 from pipeline.model.storage import StorageError
 
 PATH = "/analytics/v1/query"
@@ -29,8 +29,7 @@ def _default(value: Any) -> Any:
 
 async def query(request: Request) -> Response:
     """Run the body's query on the analytics store; its columns and rows."""
-    store = frontend(request).store
-    assert store is not None  # the route is served only with a store
+    store: AnalyticsQueries = request.app.state.analytics
     try:
         body = orjson.loads(await request.body())
     except orjson.JSONDecodeError as err:

@@ -5,13 +5,14 @@ instrumentation wrapped around it all."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from apiserver.access.authn import Authentication, RequestHeaders, TokenReviewer
@@ -88,7 +89,25 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
         ApiError: on_api_error, StorageError: on_storage_error, HTTPException: on_http_error,
         Exception: on_unexpected})
     app.state.frontend = Frontend(service, settings, store)
-    access = access or Access(token=token)
+    app.state.analytics = store
+    return _guarded(app, access or Access(token=token))
+
+
+def create_analytics_app(store: AnalyticsQueries, *, token: str,
+                         routes: Sequence[BaseRoute] = ()) -> ASGIApp:
+    """The analytics endpoint alone, with health and metrics (and ``routes``),
+    for a process that keeps a store but serves no reports: the fleet."""
+    app = Starlette(routes=[
+        Route(analytics.PATH, analytics.query, methods=["POST"]),
+        Route("/healthz", documents.healthz), Route("/livez", documents.healthz),
+        Route("/readyz", documents.healthz), Route("/metrics", metrics_page), *routes],
+        exception_handlers={ApiError: on_api_error, StorageError: on_storage_error,
+                            HTTPException: on_http_error, Exception: on_unexpected})
+    app.state.analytics = store
+    return _guarded(app, Access(token=token))
+
+
+def _guarded(app: ASGIApp, access: Access) -> ASGIApp:
     return Instrumented(Authentication(
         Authorization(app, access.review_access, access.cache_seconds), access.token,
         access.request_headers, access.review_token))

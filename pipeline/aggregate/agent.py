@@ -328,10 +328,18 @@ class Aggregator:
                                   "resourceVersion": str(window.rv),
                                   "time": at})))
             # the same window for the whole cluster: one row per policy touched
+            # (its key's namespace is "*", which no namespace is called)
             for policy, counts in window.cluster_levels.items():
                 totals.append([self._cluster, policy, datetime.fromtimestamp(window.start, UTC),
                                datetime.fromtimestamp(end, UTC),
                                *(counts[s] for s in aggregate.STATUSES), window.rv, now])
+                records.append((
+                    "/".join((self._cluster, "*", policy, start_iso)).encode(),
+                    orjson.dumps({"kind": "totals", "cluster": self._cluster,
+                                  "policy": policy,
+                                  "window": {"start": start_iso, "end": end_iso},
+                                  "counts": counts, "resourceVersion": str(window.rv),
+                                  "time": at})))
         for key, value in records:
             await self._send(self._topics.summaries, key, value)
         if rows:

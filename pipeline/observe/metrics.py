@@ -125,3 +125,12 @@ async def watch_event_loop(period: float = 0.25) -> None:
 def exposition() -> tuple[bytes, str]:
     """The metrics page and its content type."""
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+FLEET_RECORDS = Counter(
+    "reports_fleet_records_total", "Records the fleet took from a cluster's topics.",
+    ["cluster"], registry=REGISTRY)
+FLEET_LAG_SECONDS = Histogram(
+    "reports_fleet_lag_seconds", "From a change's commit in its cluster to its batch in"
+    " the fleet store.", ["cluster"], buckets=LATENCY, registry=REGISTRY)
+FLEET_STALE = Gauge(
+    "reports_fleet_source_stale", "1 while a cluster the fleet follows is unreachable or"
+    " needs a resync.", ["cluster"], registry=REGISTRY)

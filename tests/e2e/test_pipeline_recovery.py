@@ -132,6 +132,7 @@ async def counts_match(api: httpx.AsyncClient, bootstrap: str, prefix: str) -> N
     for value in values:
         validator.validate(value)
     assert any(v["kind"] == "window" for v in values)
+    assert any(v["kind"] == "totals" for v in values)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,200 @@
+"""``reports-pipeline fleet``: several clusters' public topics followed into one
+analytics store (embedded chDB under ``DATA/clickhouse``, or CLICKHOUSE_URL),
+served read-only as ``up`` serves its own (``/analytics/v1/query``, with a
+kubeconfig in ``DATA``), with each source's state at ``/fleet/v1/sources``.
+
+The sources are the ``--source`` flags and the ``clusters`` of ``--config``,
+whose file is read again when it changes: a cluster added there is followed
+from then on, one removed is no longer followed (its rows stay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from apiserver.access.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
+from apiserver.http.app import create_analytics_app
+from launcher.system import (
+    SignalFreeServer,
+    StartupError,
+    data_dir_lock,
+    https_config,
+    listen,
+)
+from pipeline.clickhouse.analytics import AnalyticsQueries
+from pipeline.clickhouse.connection import Connection, StoreError
+from pipeline.clickhouse.fleet import FleetStore, SourceState
+from pipeline.fleet import sources as fleet_sources
+from pipeline.fleet.follower import FOLLOWING, STALE_SECONDS, UNREACHABLE, Follower
+from pipeline.fleet.sources import Source, SourceError
+from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: how often the config file is looked at for changes
+RELOAD_SECONDS = 2.0
+
+
+@dataclass
+class FleetOptions:
+    data_dir: Path
+    sources: Sequence[Source] = ()
+    config: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+class Fleet:
+    """The followers of every source, over one store."""
+
+    def __init__(self, settings: Settings, options: FleetOptions):
+        self.settings = settings
+        self.options = options
+        self.connection = Connection(settings, data_dir=options.data_dir)
+        self.store = FleetStore(self.connection)
+        self.analytics = AnalyticsQueries(self.connection)
+        self.followers: dict[str, Follower] = {}
+        self._config_seen: tuple[float, int] | None = None
+        self._reloading: asyncio.Task[None] | None = None
+
+    def wanted(self) -> list[Source]:
+        """The flags' sources and the config file's (SourceError if either is wrong)."""
+        from_file: list[Source] = []
+        if self.options.config is not None:
+            try:
+                text = self.options.config.read_text()
+            except OSError as err:
+                raise SourceError(f"{self.options.config}: {err.strerror}") from err
+            from_file = fleet_sources.from_config(text, str(self.options.config))
+        return fleet_sources.combined(self.options.sources, from_file)
+
+    async def start(self) -> None:
+        await self.connection.start()
+        self.follow(self.wanted())
+        if self.options.config is not None:
+            self._reloading = asyncio.create_task(self._reload(), name="fleet config")
+
+    def follow(self, wanted: Sequence[Source]) -> None:
+        current = [f.source for f in self.followers.values()]
+        start, stop = fleet_sources.changed(current, wanted)
+        for s in stop:
+            follower = self.followers.pop(s.name)
+            asyncio.create_task(follower.stop(), name=f"stop {s.name}")
+            log.warning("cluster %s is no longer followed (its rows stay)", s.name)
+        for s in start:
+            follower = self.followers[s.name] = Follower(s, self.store)
+            follower.start()
+
+    async def _reload(self) -> None:
+        assert self.options.config is not None
+        while True:
+            await asyncio.sleep(RELOAD_SECONDS)
+            try:
+                st = self.options.config.stat()
+                seen = (st.st_mtime, st.st_size)
+            except OSError:
+                seen = None
+            if seen == self._config_seen:
+                continue
+            self._config_seen = seen
+            try:
+                self.follow(self.wanted())
+            except SourceError as err:
+                log.error("%s; following the clusters as before", err)
+
+    async def states(self) -> list[SourceState]:
+        """Every source the store knows, as this process sees it now: one it
+        follows is unreachable when its Kafka has not answered lately."""
+        recorded = {s.cluster: s for s in await self.store.states()}
+        now = time.time()
+        for name, follower in self.followers.items():
+            seen = recorded.get(name)
+            state, detail = follower.state or "starting", follower.detail
+            if state == FOLLOWING and now - follower.last_contact > STALE_SECONDS:
+                state, detail = UNREACHABLE, "no answer from its Kafka"
+            contact = datetime.fromtimestamp(follower.last_contact, UTC) \
+                if follower.last_contact else (seen.last_contact if seen else
+                                               datetime.fromtimestamp(0, UTC))
+            recorded[name] = SourceState(name, follower.source.bootstrap,
+                                         follower.source.prefix, state, detail, contact,
+                                         seen.last_change if seen else None)
+        return sorted(recorded.values(), key=lambda s: s.cluster)
+
+    async def stop(self) -> None:
+        if self._reloading is not None:
+            self._reloading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloading
+        await asyncio.gather(*(f.stop() for f in self.followers.values()))
+        await self.analytics.close()
+        await self.connection.close()
+
+
+def states_json(states: Sequence[SourceState]) -> bytes:
+    return orjson.dumps({"clusters": [
+        {"cluster": s.cluster, "bootstrap": s.bootstrap, "prefix": s.prefix,
+         "state": s.state, "detail": s.detail, "lastContact": s.last_contact.isoformat(),
+         "lastChange": s.last_change.isoformat() if s.last_change else None}
+        for s in states]})
+
+
+async def run_fleet(settings: Settings, options: FleetOptions) -> None:
+    """Follow the sources and serve the store until SIGINT or SIGTERM."""
+    with data_dir_lock(options.data_dir, "fleet"):
+        fleet = Fleet(settings, options)
+        try:
+            await fleet.start()
+        except StoreError as err:
+            raise StartupError(str(err)) from err
+
+        async def sources_page(request: Request) -> Response:
+            return Response(states_json(await fleet.states()), media_type="application/json")
+
+        token = ensure_token(options.data_dir / "tls")
+        cert, key = ensure_certificate(options.data_dir / "tls",
+                                       serving_names(options.host,
+                                                     hostname=socket.gethostname()))
+        app = create_analytics_app(fleet.analytics, token=token,
+                                   routes=[Route("/fleet/v1/sources", sources_page)])
+        sock = listen(options.host, options.port)
+        server = SignalFreeServer(https_config(app, cert=cert, key=key, client_ca=None,
+                                      settings=settings))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+        serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
+        try:
+            while not server.started and not serving.done():
+                await asyncio.sleep(0.01)
+            local = "127.0.0.1" if options.host in ("0.0.0.0", "") else options.host
+            url = f"https://{local}:{sock.getsockname()[1]}"
+            kubeconfig = options.data_dir / "kubeconfig"
+            write_kubeconfig(kubeconfig, server=url, cert_file=cert, token=token)
+            names = ", ".join(fleet.followers) or "none yet"
+            print("\n".join([
+                f"reports-pipeline fleet is following: {names}",
+                f"  sources:    kubectl --kubeconfig {kubeconfig} get --raw /fleet/v1/sources",
+                f"  analytics:  kubectl --kubeconfig {kubeconfig} create --raw"
+                " /analytics/v1/query -f query.json",
+                f"  trends:     reports-pipeline trends --data-dir {options.data_dir} --by cluster",
+                "Stop with Ctrl-C (SIGTERM)."]), flush=True)
+            await serving
+        finally:
+            server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+            await fleet.stop()

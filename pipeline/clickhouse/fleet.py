@@ -1,0 +1,134 @@
+"""The fleet's part of ClickHouse: each source's rows with the position they
+end at, the positions it resumes from, and each source's state."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from clickhouse_connect.driver.client import Client
+
+from pipeline.clickhouse import rows
+from pipeline.clickhouse.connection import Connection
+from pipeline.clickhouse.fleetrows import (
+    FLEET_REPORT_COLUMNS,
+    POLICY_COUNT_COLUMNS,
+    POLICY_TOTAL_COLUMNS,
+    POLICY_WINDOW_COLUMNS,
+    Batch,
+)
+
+Position = tuple[str, int]  # (topic, partition)
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A source as the fleet last recorded it, with its newest change."""
+    cluster: str
+    bootstrap: str
+    prefix: str
+    state: str
+    detail: str
+    last_contact: datetime
+    last_change: datetime | None
+
+
+class FleetStore:
+    """The fleet's rows and positions on ``connection``."""
+
+    def __init__(self, connection: Connection):
+        self._connection = connection
+
+    async def positions(self, cluster: str) -> dict[Position, int]:
+        """The offset of the last record taken from each of ``cluster``'s
+        partitions (-1: start from the beginning)."""
+        def query(client: Client) -> dict[Position, int]:
+            found = client.query(
+                "SELECT topic, partition, offset FROM fleet_progress FINAL"
+                " WHERE cluster = {c:String}", parameters={"c": cluster}).result_rows
+            return {(str(t), int(p)): int(o) for t, p, o in found}
+        return await self._connection.run(query)
+
+    async def write(self, cluster: str, batch: Batch, ends: Mapping[Position, int],
+                    last_record: Mapping[Position, datetime]) -> None:
+        """A batch's rows, then the positions it ends at. Safe to repeat: a
+        batch written twice collapses into the same rows (each has its
+        version), so a crash between the two leaves nothing counted twice."""
+        def insert(client: Client) -> None:
+            if batch.reports:
+                client.raw_insert("fleet_reports", FLEET_REPORT_COLUMNS,
+                                  rows.encode(batch.reports), fmt=rows.FORMAT)
+            if batch.results:
+                client.raw_insert("results", rows.RESULT_COLUMNS, rows.encode(batch.results),
+                                  fmt=rows.FORMAT)
+            for table, columns, found in (("policy_counts", POLICY_COUNT_COLUMNS, batch.counts),
+                                          ("policy_windows", POLICY_WINDOW_COLUMNS,
+                                           batch.windows),
+                                          ("policy_totals_windows", POLICY_TOTAL_COLUMNS,
+                                           batch.totals)):
+                if found:
+                    client.insert(table, found, column_names=columns)
+            self._insert_positions(client, cluster, ends, last_record)
+        await self._connection.run(insert, operation="write")
+
+    async def set_positions(self, cluster: str, ends: Mapping[Position, int]) -> None:
+        """Move ``cluster``'s positions (a resync starts its log again)."""
+        now = datetime.now(UTC)
+        await self._connection.run(
+            lambda client: self._insert_positions(client, cluster, ends,
+                                                  dict.fromkeys(ends, now)),
+            operation="write")
+
+    @staticmethod
+    def _insert_positions(client: Client, cluster: str, ends: Mapping[Position, int],
+                          last_record: Mapping[Position, datetime]) -> None:
+        if ends:
+            client.insert("fleet_progress",
+                          [[cluster, t, p, o, last_record.get((t, p), datetime.now(UTC))]
+                           for (t, p), o in ends.items()],
+                          column_names=("cluster", "topic", "partition", "offset",
+                                        "last_change"))
+
+    async def record_state(self, cluster: str, bootstrap: str, prefix: str, state: str,
+                           detail: str, last_contact: datetime) -> None:
+        await self._connection.run(lambda client: client.insert(
+            "fleet_sources", [[cluster, bootstrap, prefix, state, detail, last_contact]],
+            column_names=("cluster", "bootstrap", "prefix", "state", "detail",
+                          "last_contact")), operation="write")
+
+    async def states(self) -> list[SourceState]:
+        """Every source recorded, with the commit time of its newest change."""
+        def query(client: Client) -> list[SourceState]:
+            found = client.query(
+                "SELECT s.cluster, s.bootstrap, s.prefix, s.state, s.detail, s.last_contact,"
+                " p.last_change FROM (SELECT * FROM fleet_sources FINAL) AS s"
+                " LEFT JOIN (SELECT cluster, max(last_change) AS last_change"
+                "            FROM fleet_progress FINAL WHERE topic LIKE '%.changes'"
+                "            GROUP BY cluster) AS p ON p.cluster = s.cluster"
+                " ORDER BY s.cluster", settings={"join_use_nulls": 1}).result_rows
+            return [SourceState(str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]),
+                                r[5].replace(tzinfo=UTC) if r[5].tzinfo is None else r[5],
+                                None if r[6] is None else
+                                (r[6].replace(tzinfo=UTC) if r[6].tzinfo is None else r[6]))
+                    for r in found]
+        return await self._connection.run(query)
+
+    async def forget(self, cluster: str, at_version: int) -> int:
+        """Mark deleted, at ``at_version``, every report of ``cluster`` older
+        than it (a resync's snapshot then writes those it holds): how many."""
+        def command(client: Client) -> int:
+            params = {"c": cluster, "v": at_version}
+            count = int(client.query(
+                "SELECT count() FROM fleet_reports FINAL WHERE cluster = {c:String}"
+                " AND resource_version < {v:UInt64}", parameters=params).result_rows[0][0])
+            client.command(
+                "INSERT INTO fleet_reports (cluster, resource, namespace, name, uid,"
+                " resource_version, deleted, created, committed, labels, scope_kind,"
+                " scope_name, pass, fail, warn, error, skip, object)"
+                " SELECT cluster, resource, namespace, name, uid, {v:UInt64}, 1, created,"
+                " now64(3), labels, scope_kind, scope_name, 0, 0, 0, 0, 0, '{}'"
+                " FROM fleet_reports FINAL WHERE cluster = {c:String}"
+                " AND resource_version < {v:UInt64}", parameters=params)
+            return count
+        return await self._connection.run(command, operation="write")

@@ -1,0 +1,180 @@
+"""One source followed into the fleet store.
+
+A consumer of the source's Kafka (``read_committed``, no group: the fleet's
+positions are kept in ClickHouse with the rows, not in the source's Kafka,
+which the fleet may only read) takes its change log and summaries from the
+positions the store holds, a batch at a time, and writes each batch with
+the positions it ends at. After a crash or a SIGKILL it starts again from
+those positions: what it takes twice collapses into the same rows.
+
+Its state, recorded in the store (``fleet_sources``) whenever it changes and
+while it follows: ``following``; ``unreachable`` (the source's Kafka has not
+answered for ``STALE_SECONDS``; the others go on); ``resync`` (the source's
+retention has passed the fleet's position: records were deleted before the
+fleet took them, so its counts would be wrong; the fleet stops following it
+and says so in one line, until ``reports-pipeline fleet resync`` lists the
+cluster's reports from its API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from pipeline.clickhouse import fleetrows
+from pipeline.clickhouse.connection import StoreError
+from pipeline.clickhouse.fleet import FleetStore, Position
+from pipeline.fleet.sources import Source
+from pipeline.kafka import clientconfig
+from pipeline.observe import metrics
+from pipeline.runtime.logs import quiet
+
+log = logging.getLogger(__name__)
+
+FOLLOWING, UNREACHABLE, RESYNC = "following", "unreachable", "resync"
+#: how long a source's Kafka may not answer before it is shown as unreachable
+STALE_SECONDS = 15.0
+#: how often a following source's contact is recorded
+CONTACT_SECONDS = 10.0
+#: the longest a fetch waits for records; the batch then written
+FETCH_WAIT_MS = 500
+MOST_RECORDS = 2000
+
+
+class RetentionPassed(Exception):
+    """The source no longer holds the records after the fleet's position."""
+
+
+class Follower:
+    def __init__(self, source: Source, store: FleetStore):
+        self.source = source
+        self._store = store
+        self._task: asyncio.Task[None] | None = None
+        self.state = ""
+        self.detail = ""
+        self.last_contact = 0.0  # time.time() of the source's last answer
+        self._recorded = 0.0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"fleet {self.source.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @property
+    def done(self) -> bool:
+        return self._task is not None and self._task.done()
+
+    async def _run(self) -> None:
+        backoff = 1.0
+        while True:
+            consumer = self._consumer()
+            try:
+                with quiet("aiokafka"):
+                    await consumer.start()
+                await self._follow(consumer)
+            except RetentionPassed as err:
+                await self._set(RESYNC, str(err))
+                log.error("%s", err)
+                return
+            except (KafkaError, OSError, StoreError) as err:
+                if time.time() - self.last_contact > STALE_SECONDS or isinstance(err, StoreError):
+                    await self._set(UNREACHABLE, f"{type(err).__name__}: {err}")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+            finally:
+                with contextlib.suppress(KafkaError, OSError):
+                    await consumer.stop()
+
+    def _consumer(self) -> AIOKafkaConsumer:
+        return clientconfig.consumer(
+            self.source.bootstrap, client_id=f"reports-fleet-{self.source.name}",
+            request_timeout_ms=clientconfig.QUICK_REQUEST_TIMEOUT_MS,
+            fetch_max_wait_ms=FETCH_WAIT_MS, metadata_max_age_ms=5000,
+            max_partition_fetch_bytes=clientconfig.MAX_REQUEST_BYTES)
+
+    async def _follow(self, consumer: AIOKafkaConsumer) -> None:
+        partitions = [TopicPartition(self.source.changes_topic, 0),
+                      TopicPartition(self.source.summaries_topic, 0)]
+        consumer.assign(partitions)
+        positions = await self._store.positions(self.source.name)
+        first = await consumer.beginning_offsets(partitions)
+        for tp in partitions:
+            start = positions.get((tp.topic, tp.partition), -1) + 1
+            if start < first[tp] and tp.topic == self.source.changes_topic:
+                # The change log must be whole from the fleet's position; the
+                # summaries are compacted (the last record per key is kept)
+                # and their old windows deleted after a while, by design.
+                raise RetentionPassed(
+                    f"cluster {self.source.name}: {tp.topic} starts at offset {first[tp]},"
+                    f" past the fleet's position ({start}): changes were deleted before the"
+                    f" fleet took them, so it stops following this cluster. Resync it from"
+                    f" its API: reports-pipeline fleet resync {self.source.name}"
+                    f" --kubeconfig FILE")
+            consumer.seek(tp, max(start, first[tp]))
+        self._contact()
+        await self._set(FOLLOWING, "")
+        checked = time.monotonic()
+        while True:
+            found = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=MOST_RECORDS)
+            if found:
+                self._contact()
+                await self._write(found)
+            elif time.monotonic() - checked > CONTACT_SECONDS / 2:
+                # no records: is the source there at all?
+                await consumer.end_offsets(partitions)
+                self._contact()
+                checked = time.monotonic()
+            if time.time() - self._recorded > CONTACT_SECONDS:
+                await self._set(FOLLOWING, "")
+
+    async def _write(self, found: dict[Any, list[Any]]) -> None:
+        batch = fleetrows.Batch()
+        ends: dict[Position, int] = {}
+        last: dict[Position, datetime] = {}
+        for tp, taken in found.items():
+            if not taken:
+                continue
+            if tp.topic == self.source.changes_topic:
+                fleetrows.changes(self.source.name, taken, batch)
+            else:
+                fleetrows.summaries(self.source.name, taken, batch)
+            ends[(tp.topic, tp.partition)] = taken[-1].offset
+            last[(tp.topic, tp.partition)] = datetime.fromtimestamp(
+                taken[-1].timestamp / 1000, UTC)
+        if batch.undecodable:
+            log.warning("cluster %s: %d records skipped: not what their topic holds",
+                        self.source.name, batch.undecodable)
+        await self._store.write(self.source.name, batch, ends, last)
+        metrics.FLEET_RECORDS.labels(self.source.name).inc(sum(len(v) for v in found.values()))
+        if batch.last_change is not None:
+            metrics.FLEET_LAG_SECONDS.labels(self.source.name).observe(
+                max(0.0, time.time() - batch.last_change.timestamp()))
+
+    def _contact(self) -> None:
+        self.last_contact = time.time()
+
+    async def _set(self, state: str, detail: str) -> None:
+        changed = state != self.state
+        self.state, self.detail = state, detail
+        if changed and state != FOLLOWING:
+            log.warning("cluster %s is %s: %s", self.source.name, state, detail)
+        elif changed:
+            log.info("cluster %s: following %s at %s", self.source.name,
+                     self.source.changes_topic, self.source.bootstrap)
+        metrics.FLEET_STALE.labels(self.source.name).set(0 if state == FOLLOWING else 1)
+        last = datetime.fromtimestamp(self.last_contact or time.time(), UTC)
+        with contextlib.suppress(StoreError):
+            await self._store.record_state(self.source.name, self.source.bootstrap,
+                                           self.source.prefix, state, detail, last)
+            self._recorded = time.time()
