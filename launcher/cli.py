@@ -11,13 +11,15 @@ import secrets
 import sys
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
 from apiserver.access.authn import RequestHeaders
 from kubeclient import ConfigError, target
 from launcher import commands, demo
 from launcher.broker.jars import BrokerError
 from launcher.dashboard import serve_dashboard
 from launcher.delegation.frontproxy import ClusterError, cluster_from_env
-from launcher.fleet import FleetOptions, run_fleet
+from launcher.fleet import Fleet, FleetOptions, Resynced, resync, run_fleet
 from launcher.migrate import api, transfer
 from launcher.migrate.switch import read_apiservices
 from launcher.parser import build_parser
@@ -37,7 +39,8 @@ from launcher.trends import (
     TrendQuery,
     run_trends,
 )
-from pipeline.fleet.sources import SourceError
+from pipeline.clickhouse.connection import StoreError
+from pipeline.fleet.sources import Source, SourceError
 from pipeline.runtime import memory
 from pipeline.settings import Settings
 
@@ -164,11 +167,28 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
               file=sys.stderr)
         return 2
     try:
-        serve(run_fleet(settings, options))
-    except (StartupError, AlreadyRunning, SourceError) as err:
+        if args.resync is None:
+            serve(run_fleet(settings, options))
+            return 0
+        if args.kubeconfig is None:
+            raise SourceError("--resync needs the cluster's --kubeconfig")
+        found = [s for s in Fleet(settings, options).wanted() if s.name == args.resync]
+        if not found:
+            raise SourceError(f"cluster {args.resync} is not among the sources given")
+        with data_dir_lock(args.data_dir, "fleet"):
+            done = asyncio.run(_resync(settings, args, found[0]))
+        print(f"cluster {args.resync}: {done.reports} reports listed at resourceVersion"
+              f" {done.version}, {done.forgotten} gone since; its change log is followed"
+              f" again from offset {done.log_start}", flush=True)
+        return 0
+    except (StartupError, AlreadyRunning, SourceError, ConfigError, api.MigrationError,
+            StoreError, KafkaError) as err:
         print(f"reports-pipeline fleet: {err}", file=sys.stderr)
         return 1
-    return 0
+
+
+async def _resync(settings: Settings, args: argparse.Namespace, source: Source) -> Resynced:
+    return await resync(settings, args.data_dir, source, await target(args.kubeconfig))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,12 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+from aiokafka import TopicPartition
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from apiserver.access.tls import ensure_certificate, ensure_token, serving_names, write_kubeconfig
 from apiserver.http.app import create_analytics_app
+from kubeclient import Target
+from launcher.migrate.api import Api
+from launcher.migrate.objects import key_of
 from launcher.system import (
     SignalFreeServer,
     StartupError,
@@ -35,12 +39,15 @@ from launcher.system import (
     https_config,
     listen,
 )
+from pipeline.clickhouse import fleetrows
 from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.clickhouse.connection import Connection, StoreError
 from pipeline.clickhouse.fleet import FleetStore, SourceState
 from pipeline.fleet import sources as fleet_sources
 from pipeline.fleet.follower import FOLLOWING, STALE_SECONDS, UNREACHABLE, Follower
 from pipeline.fleet.sources import Source, SourceError
+from pipeline.kafka import clientconfig
+from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -198,3 +205,62 @@ async def run_fleet(settings: Settings, options: FleetOptions) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await serving
             await fleet.stop()
+
+
+@dataclass(frozen=True)
+class Resynced:
+    reports: int
+    forgotten: int
+    version: int
+    log_start: int
+
+
+async def resync(settings: Settings, data_dir: Path, source: Source, cluster_api: Target
+                 ) -> Resynced:
+    """Bring ``source``'s rows back to what its cluster holds, from its API
+    (every report of every kind, listed page by page), and follow its change
+    log again from the oldest record it still holds: what the list missed
+    comes from there (a record taken again collapses into its row). The
+    fleet must not be running on ``data_dir`` meanwhile."""
+    connection = Connection(settings, data_dir=data_dir)
+    store = FleetStore(connection)
+    try:
+        await connection.start()
+        listed_at = datetime.now(UTC)
+        batch = fleetrows.Batch()
+        keep: set[tuple[str, str, str]] = set()
+        version = 0
+        async with Api(cluster_api, f"cluster {source.name}") as api:
+            for resource in RESOURCES:
+                async for items, rv in api.pages(resource, PAGE):
+                    fleetrows.listed(source.name, items, listed_at, batch)
+                    keep.update((k.resource, k.namespace, k.name)
+                                for k in (key_of(resource, obj) for obj in items))
+                    version = max(version, int(rv or 0))
+                if len(batch) > FLUSH_ROWS:
+                    await store.write(source.name, batch, {}, {})
+                    batch = fleetrows.Batch()
+        await store.write(source.name, batch, {}, {})
+        forgotten = await store.forget(source.name, keep, version)
+        start = await log_start(source)
+        await store.set_positions(source.name, {(source.changes_topic, 0): start - 1})
+        return Resynced(len(keep), forgotten, version, start)
+    finally:
+        await connection.close()
+
+
+#: a resync's page of a list, and how many rows it writes at once
+PAGE = 500
+FLUSH_ROWS = 50_000
+
+
+async def log_start(source: Source) -> int:
+    """The oldest offset ``source``'s change log holds."""
+    consumer = clientconfig.consumer(source.bootstrap,
+                                     request_timeout_ms=clientconfig.QUICK_REQUEST_TIMEOUT_MS)
+    tp = TopicPartition(source.changes_topic, 0)
+    try:
+        await consumer.start()
+        return int((await consumer.beginning_offsets([tp]))[tp])
+    finally:
+        await consumer.stop()

@@ -330,6 +330,12 @@ def _fleet(sub: Commands) -> None:
                        help="address the analytics endpoint listens on (0.0.0.0: every"
                             " interface)")
     fleet.add_argument("--port", type=port, default=0, help="its port (0: any free one)")
+    fleet.add_argument("--resync", metavar="NAME",
+                       help="instead of following: bring cluster NAME's rows back to what its"
+                            " API lists (--kubeconfig) and follow its change log again from"
+                            " the oldest record it holds, then exit (the fleet must be stopped)")
+    fleet.add_argument("--kubeconfig", type=existing_file,
+                       help="with --resync: the kubeconfig of the cluster's API")
 
 
 def _source(text: str) -> Source:

@@ -108,27 +108,30 @@ class FleetStore:
                 "            GROUP BY cluster) AS p ON p.cluster = s.cluster"
                 " ORDER BY s.cluster", settings={"join_use_nulls": 1}).result_rows
             return [SourceState(str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]),
-                                r[5].replace(tzinfo=UTC) if r[5].tzinfo is None else r[5],
-                                None if r[6] is None else
-                                (r[6].replace(tzinfo=UTC) if r[6].tzinfo is None else r[6]))
+                                _utc(r[5]), None if r[6] is None else _utc(r[6]))
                     for r in found]
         return await self._connection.run(query)
 
-    async def forget(self, cluster: str, at_version: int) -> int:
-        """Mark deleted, at ``at_version``, every report of ``cluster`` older
-        than it (a resync's snapshot then writes those it holds): how many."""
+    async def forget(self, cluster: str, keep: set[tuple[str, str, str]], at_version: int
+                     ) -> int:
+        """Mark deleted, at ``at_version``, every current report of ``cluster``
+        not in ``keep`` ((resource, namespace, name): what a resync listed at
+        that version), so a report deleted while the fleet could not follow
+        goes too. How many."""
         def command(client: Client) -> int:
-            params = {"c": cluster, "v": at_version}
-            count = int(client.query(
-                "SELECT count() FROM fleet_reports FINAL WHERE cluster = {c:String}"
-                " AND resource_version < {v:UInt64}", parameters=params).result_rows[0][0])
-            client.command(
-                "INSERT INTO fleet_reports (cluster, resource, namespace, name, uid,"
-                " resource_version, deleted, created, committed, labels, scope_kind,"
-                " scope_name, pass, fail, warn, error, skip, object)"
-                " SELECT cluster, resource, namespace, name, uid, {v:UInt64}, 1, created,"
-                " now64(3), labels, scope_kind, scope_name, 0, 0, 0, 0, 0, '{}'"
-                " FROM fleet_reports FINAL WHERE cluster = {c:String}"
-                " AND resource_version < {v:UInt64}", parameters=params)
-            return count
+            found = client.query(
+                "SELECT resource, namespace, name, uid, created FROM fleet_reports FINAL"
+                " WHERE cluster = {c:String}", parameters={"c": cluster}).result_rows
+            now = rows.stamp(datetime.now(UTC))
+            gone = [[cluster, r, ns, name, uid, at_version, 1, rows.stamp(_utc(created)), now, {},
+                     "", "", 0, 0, 0, 0, 0, "{}"]
+                    for r, ns, name, uid, created in found if (r, ns, name) not in keep]
+            if gone:
+                client.raw_insert("fleet_reports", FLEET_REPORT_COLUMNS, rows.encode(gone),
+                                  fmt=rows.FORMAT)
+            return len(gone)
         return await self._connection.run(command, operation="write")
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment

@@ -67,6 +67,24 @@ def changes(cluster: str, records: Sequence[Any], batch: Batch) -> Batch:
     return batch
 
 
+def listed(cluster: str, objects: Sequence[dict[str, Any]], listed_at: datetime,
+           batch: Batch) -> Batch:
+    """Add the rows of objects a resync listed from the cluster's API, each at
+    its own resourceVersion."""
+    for obj in objects:
+        try:
+            version = int(obj["metadata"]["resourceVersion"])
+        except (KeyError, TypeError, ValueError):
+            batch.undecodable += 1
+            continue
+        change = Change("ADDED", obj, version)
+        row = rows.report_row(change, listed_at)
+        if row is not None:
+            batch.reports.append([cluster, *row])
+        batch.results.extend(rows.result_rows(change, listed_at, cluster))
+    return batch
+
+
 def summaries(cluster: str, records: Sequence[Any], batch: Batch) -> Batch:
     """Add the rows of summaries records."""
     for record in records:

@@ -12,8 +12,8 @@ while it follows: ``following``; ``unreachable`` (the source's Kafka has not
 answered for ``STALE_SECONDS``; the others go on); ``resync`` (the source's
 retention has passed the fleet's position: records were deleted before the
 fleet took them, so its counts would be wrong; the fleet stops following it
-and says so in one line, until ``reports-pipeline fleet resync`` lists the
-cluster's reports from its API).
+and says so in one line, until ``reports-pipeline fleet --resync`` lists
+the cluster's reports from its API).
 """
 
 from __future__ import annotations
@@ -119,8 +119,8 @@ class Follower:
                     f"cluster {self.source.name}: {tp.topic} starts at offset {first[tp]},"
                     f" past the fleet's position ({start}): changes were deleted before the"
                     f" fleet took them, so it stops following this cluster. Resync it from"
-                    f" its API: reports-pipeline fleet resync {self.source.name}"
-                    f" --kubeconfig FILE")
+                    f" its API (the fleet stopped): reports-pipeline fleet --data-dir DATA"
+                    f" --resync {self.source.name} --kubeconfig FILE")
             consumer.seek(tp, max(start, first[tp]))
         self._contact()
         await self._set(FOLLOWING, "")

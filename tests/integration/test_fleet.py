@@ -9,19 +9,23 @@ skipped."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from launcher.fleet import Fleet, FleetOptions
+from kubeclient import target
+from launcher.fleet import Fleet, FleetOptions, resync
 from pipeline.fleet.follower import RESYNC
 from pipeline.fleet.sources import Source
 from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
 from tests.helpers import collection_path, report
+from tests.integration.conftest import serve
 
 pytestmark = pytest.mark.integration
 POLR = RESOURCES[0]
@@ -58,14 +62,16 @@ async def what_fleet(fleet: Fleet, cluster: str) -> tuple[Any, ...]:
                              cluster))
 
 
-async def the_same(fleet: Fleet, clusters: dict[str, Any], timeout: float = 60) -> None:
-    """Await every cluster's reports, current counts and results in the fleet
-    as its own store holds them (once its aggregates settled)."""
+async def the_same(fleet: Fleet, clusters: dict[str, Any], *, history: bool = True,
+                   timeout: float = 60) -> None:
+    """Await every cluster's reports, current counts and (with ``history``)
+    results in the fleet as its own store holds them."""
+    parts = 3 if history else 2
     async with asyncio.timeout(timeout):
         for name, running in clusters.items():
             while True:
-                held = await what(running)
-                if held[1] and held == await what_fleet(fleet, name):
+                held = (await what(running))[:parts]
+                if held[1] and held == (await what_fleet(fleet, name))[:parts]:
                     break
                 await asyncio.sleep(0.3)
 
@@ -122,13 +128,51 @@ async def test_three_clusters_in_one_fleet(start, make_settings, data_dir: Path,
         states = {s.cluster: s for s in await fleet.states()}
         assert {n: s.state for n, s in states.items()} == dict.fromkeys(clusters, "following")
         assert all(s.last_change is not None for s in states.values())
-        # the sum over the fleet is the sum of the clusters
-        _, rows = await fleet.analytics.analytics(
-            "SELECT count() FROM fleet_reports FINAL")
-        total = sum(len((await what(r))[0]) for r in clusters.values())
-        assert rows[0][0] == total
+        await documented_answers(fleet, clusters)
     finally:
         await fleet.stop()
+
+
+FLEET_DOC = Path(__file__).parents[2] / "docs" / "fleet.md"
+
+
+def documented_queries() -> dict[str, str]:
+    blocks = re.findall(r"```sql\n(.*?)```", FLEET_DOC.read_text(), re.S)
+    return {m.group(1): b for b in blocks if (m := re.match(r"-- name: (\S+)", b))}
+
+
+async def documented_answers(fleet: Fleet, clusters: dict[str, Any]) -> None:
+    """docs/fleet.md's questions, answered by the fleet as the clusters'
+    own stores answer them, summed."""
+    queries = documented_queries()
+    assert set(queries) == {"fleet-failing-now", "fleet-top-policies",
+                            "fleet-policy-by-cluster", "fleet-reports"}
+    failing, reports, by_policy = {}, {}, {}
+    for name, running in clusters.items():
+        failing[name] = (await source_rows(
+            running, "SELECT sum(fail) FROM policy_counts FINAL"))[0][0]
+        reports[name] = (await source_rows(
+            running, "SELECT count(), sum(fail) FROM reports FINAL"))[0]
+        for policy, fail in await source_rows(
+                running, "SELECT policy, sum(fail) FROM policy_counts FINAL GROUP BY policy"):
+            by_policy.setdefault(policy, {})[name] = fail
+
+    async def ask(name: str, **params: Any) -> list[list[Any]]:
+        _, rows = await fleet.analytics.analytics(queries[name], params)
+        return [list(r) for r in rows]
+    assert {c: f for c, f in await ask("fleet-failing-now")} == failing
+    assert {c: [n, f] for c, n, f in await ask("fleet-reports")} == reports
+    top = await ask("fleet-top-policies")
+    failing_policies = {p: v for p, v in by_policy.items() if sum(v.values())}
+    assert len(top) == min(10, len(failing_policies))
+    for policy, fail, where, since in top:
+        assert fail == sum(failing_policies[policy].values())
+        assert where == sum(1 for f in failing_policies[policy].values() if f)
+        assert since is not None
+    assert [r[1] for r in top] == sorted((r[1] for r in top), reverse=True)
+    policy = top[0][0]
+    assert {c: f for c, f in await ask("fleet-policy-by-cluster", policy=policy)} == {
+        c: f for c, f in by_policy[policy].items() if f}
 
 
 async def traffic_more(running: Any, count: int) -> None:
@@ -138,8 +182,8 @@ async def traffic_more(running: Any, count: int) -> None:
         assert r.status_code == 201, r.text
 
 
-async def test_a_change_log_past_the_fleet_is_reported_not_skipped(  # type: ignore[no-untyped-def]
-        start, make_settings, data_dir: Path) -> None:
+async def test_a_change_log_past_the_fleet_is_reported_then_resynced_from_the_api(  # type: ignore[no-untyped-def]
+        start, make_settings, data_dir: Path, tmp_path: Path) -> None:
     settings: Settings = make_settings()
     running = await start(settings)
     await traffic(running, 0, 6)
@@ -150,16 +194,38 @@ async def test_a_change_log_past_the_fleet_is_reported_not_skipped(  # type: ign
         await admin.delete_records({TopicPartition(settings.changes_topic, 0): 3})
     finally:
         await admin.close()
-    fleet = Fleet(make_settings(), FleetOptions(data_dir, sources=[
-        Source("gone", settings.kafka_bootstrap, settings.topic_prefix)]))
+    fleet_settings = make_settings()
+    source = Source("gone", settings.kafka_bootstrap, settings.topic_prefix)
+    options = FleetOptions(data_dir, sources=[source])
+    fleet = Fleet(fleet_settings, options)
     await fleet.start()
     try:
         async with asyncio.timeout(30):
             while (states := await fleet.states())[0].state != RESYNC:
                 await asyncio.sleep(0.2)
-        assert "fleet resync gone" in states[0].detail
+        assert "--resync gone --kubeconfig" in states[0].detail
         assert fleet.followers["gone"].done
         _, rows = await fleet.analytics.analytics("SELECT count() FROM fleet_reports")
         assert rows[0][0] == 0  # nothing taken from a log that lost its head
+    finally:
+        await fleet.stop()
+
+    # resynced from the cluster's API, the fleet follows it again
+    async with serve(running.system.app) as url:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": url}}],
+            "users": [{"name": "u", "user": {"token": running.system.token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        done = await resync(fleet_settings, data_dir, source, await target(kubeconfig))
+    assert done.log_start == 3 and done.reports == len((await what(running))[0])
+    await traffic_more(running, 5)  # and goes on from there
+    fleet = Fleet(fleet_settings, options)
+    await fleet.start()
+    try:
+        # the history of what changed before the log's start is not listed
+        await the_same(fleet, {"gone": running}, history=False)
+        assert (await fleet.states())[0].state == "following"
     finally:
         await fleet.stop()
