@@ -159,6 +159,31 @@ def windows(f: Filters, span: Span) -> Query:
                 **params, "bucket": span.bucket, "start": span.start, "end": span.end}
 
 
+def cluster_windows(f: Filters, span: Span) -> Query:
+    """Per cluster, policy and bucket: the policy's failing count over the
+    whole cluster at the bucket's last window (``policy_totals_windows``);
+    the rows of ``windows`` with the cluster for the namespace (no new and
+    resolved counts there: 0)."""
+    where, params = _where(replace(f, namespace=""))
+    return ("SELECT cluster, policy,"
+            " toUInt32(toStartOfInterval(window_start, toIntervalSecond({bucket:UInt32})))"
+            " AS b, argMax(fail, window_start) AS fail, 0 AS new, 0 AS resolved"
+            " FROM policy_totals_windows FINAL"
+            " WHERE window_start >= toDateTime({start:UInt32})"
+            " AND window_start < toDateTime({end:UInt32})" + where +
+            " GROUP BY cluster, policy, b ORDER BY b"), {
+                **params, "bucket": span.bucket, "start": span.start, "end": span.end}
+
+
+def cluster_carried_in(f: Filters, span: Span) -> Query:
+    """Each cluster's and policy's failing count when the range starts."""
+    where, params = _where(replace(f, namespace=""))
+    return ("SELECT cluster, policy, argMax(fail, window_start) AS fail"
+            " FROM policy_totals_windows FINAL WHERE window_start < toDateTime({start:UInt32})"
+            + where + " GROUP BY cluster, policy HAVING fail > 0"), {**params,
+                                                                    "start": span.start}
+
+
 def carried_in(f: Filters, span: Span) -> Query:
     """Each series' failing count when the range starts (its last window
     before), carried into the range."""

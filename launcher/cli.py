@@ -64,8 +64,12 @@ def _access_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _trends(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        query = TrendQuery(settings.cluster, args.window, args.since, args.namespace,
-                           args.policy)
+        if args.by == "cluster" and args.namespace:
+            raise ValueError("--by cluster counts every namespace: drop --namespace")
+        cluster = args.cluster if args.cluster is not None else (
+            "" if args.by == "cluster" else settings.cluster)
+        query = TrendQuery(cluster, args.window, args.since, args.namespace, args.policy,
+                           by=args.by)
         if args.chart is not None and args.chart.suffix.lower() not in (".png", ".svg"):
             raise ValueError("--chart must name a .png or .svg file")
         source: Analytics

@@ -256,6 +256,12 @@ def _trends(sub: Commands) -> None:
                         help="bucket size, e.g. 1m, 1h, 1d")
     trends.add_argument("--since", default="24h", type=duration,
                         help="how far back, e.g. 1h, 7d, 30d")
+    trends.add_argument("--cluster",
+                        help="only this cluster (default: REPORTS_CLUSTER; with --by cluster:"
+                             " every cluster)")
+    trends.add_argument("--by", choices=("namespace", "cluster"), default="namespace",
+                        help="a series per namespace and policy, or per cluster and policy"
+                             " over all its namespaces (a fleet's store)")
     trends.add_argument("--namespace", help="only this namespace")
     trends.add_argument("--policy", help="only this policy")
     trends.add_argument("--chart", type=Path, help="also draw a chart: FILE.png or FILE.svg")

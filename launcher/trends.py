@@ -109,11 +109,14 @@ class RunningSystem:
 
 @dataclass(frozen=True)
 class TrendQuery:
-    cluster: str
+    cluster: str  # "": every cluster
     bucket: int  # seconds
     since: int  # seconds
     namespace: str | None = None
     policy: str | None = None
+    #: "namespace": a series per namespace and policy; "cluster": per cluster
+    #: and policy, over all its namespaces (a fleet's store)
+    by: str = "namespace"
 
     def filters(self) -> Filters:
         return Filters(cluster=self.cluster, namespace=self.namespace or "",
@@ -124,10 +127,10 @@ class TrendQuery:
         return Span.last(self.since, self.bucket, now)
 
 
-def render_table(span: Span, data: Sequence[Series]) -> str:
+def render_table(span: Span, data: Sequence[Series], by: str = "namespace") -> str:
     """One line per series and bucket where its count changed or failures
     came or went (and its first bucket): the count carried through the rest."""
-    header = ("TIME", "NAMESPACE", "POLICY", "FAIL", "NEW", "RESOLVED")
+    header = ("TIME", by.upper(), "POLICY", "FAIL", "NEW", "RESOLVED")
     lines: list[Sequence[str]] = [header]
     rows = []
     for s in data:
@@ -182,9 +185,11 @@ async def fetch(source: Analytics, query: TrendQuery, now: float | None = None
                 ) -> tuple[Span, list[Series]]:
     """Every series of the range, counts carried in from before it."""
     f, span = query.filters(), query.span(now)
+    windows, carried_in = ((filters.cluster_windows, filters.cluster_carried_in)
+                           if query.by == "cluster" else (filters.windows, filters.carried_in))
     try:
         (_, rows), (_, carried) = await asyncio.gather(
-            source.query(*filters.windows(f, span)), source.query(*filters.carried_in(f, span)))
+            source.query(*windows(f, span)), source.query(*carried_in(f, span)))
     finally:
         await source.aclose()
     return span, build(span.buckets(), rows, carried)
@@ -202,4 +207,4 @@ async def run_trends(source: Analytics, query: TrendQuery, *, chart: Path | None
         await asyncio.to_thread(render_chart, span, data, chart, top=top, rank=rank)
     if not data:
         return "no trend data in that range"
-    return render_table(span, data)
+    return render_table(span, data, query.by)

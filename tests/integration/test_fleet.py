@@ -20,6 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from kubeclient import target
 from launcher.fleet import Fleet, FleetOptions, resync
+from launcher.trends import TrendQuery, fetch
 from pipeline.fleet.follower import RESYNC
 from pipeline.fleet.sources import Source
 from pipeline.model.resources import RESOURCES
@@ -173,6 +174,30 @@ async def documented_answers(fleet: Fleet, clusters: dict[str, Any]) -> None:
     policy = top[0][0]
     assert {c: f for c, f in await ask("fleet-policy-by-cluster", policy=policy)} == {
         c: f for c, f in by_policy[policy].items() if f}
+    # `trends --by cluster`: a series per cluster and policy, ending at its count
+    expected = {(c, p): f for p, v in by_policy.items() for c, f in v.items() if f}
+    async with asyncio.timeout(30):
+        while True:
+            _, series = await fetch(FleetSource(fleet), TrendQuery("", 60, 3600, by="cluster"))
+            if {s.key: s.fail[-1] for s in series if s.fail[-1]} == expected:
+                break
+            await asyncio.sleep(0.3)
+
+
+class FleetSource:
+    """The fleet's store as ``trends`` reads an analytics source."""
+
+    def __init__(self, fleet: Fleet):
+        self._fleet = fleet
+
+    async def check(self) -> None:
+        pass
+
+    async def query(self, sql: str, parameters: dict[str, Any]) -> tuple[list[str], Any]:
+        return await self._fleet.analytics.analytics(sql, parameters)
+
+    async def aclose(self) -> None:
+        pass
 
 
 async def traffic_more(running: Any, count: int) -> None:
