@@ -193,7 +193,7 @@ async def run_fleet(settings: Settings, options: FleetOptions) -> None:
             write_kubeconfig(kubeconfig, server=url, cert_file=cert, token=token)
             names = ", ".join(fleet.followers) or "none yet"
             print("\n".join([
-                f"reports-pipeline fleet is following: {names}",
+                f"reports-pipeline fleet is ready, following: {names}",
                 f"  sources:    kubectl --kubeconfig {kubeconfig} get --raw /fleet/v1/sources",
                 f"  analytics:  kubectl --kubeconfig {kubeconfig} create --raw"
                 " /analytics/v1/query -f query.json",
