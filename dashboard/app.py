@@ -92,6 +92,9 @@ def create_app(source: views.Source, *, token: str | None) -> Starlette:
     async def findings(request: Request, f: Filters) -> str:
         return await views.findings(source, f)
 
+    async def fleet(request: Request, f: Filters) -> str:
+        return await views.fleet(source, f)
+
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
@@ -99,5 +102,6 @@ def create_app(source: views.Source, *, token: str | None) -> Starlette:
                          Route("/trends", page("trends", trends)),
                          Route("/resources", page("resources", resources)),
                          Route("/findings", page("findings", findings)),
+                         Route("/fleet", page("fleet", fleet)),
                          Route("/healthz", healthz)]
     return Starlette(routes=routes)

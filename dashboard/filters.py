@@ -266,10 +266,56 @@ def total_series(f: Filters, span: Span) -> Query:
     namespace, from the cluster-wide totals per policy the pipeline keeps (a
     series per policy instead of one per namespace and policy)."""
     if f.namespace:
-        inner, params = _carried(f, span)
+        inner, params = _carried(f, span, keys="cluster, namespace, policy")
     else:
-        inner, params = _carried(f, span, table="policy_totals_windows", keys="policy")
+        inner, params = _carried(f, span, table="policy_totals_windows", keys="cluster, policy")
     return f"SELECT sumForEach(vals) FROM ({inner})", params
+
+
+def cluster_totals(f: Filters) -> Query:
+    """Per cluster: its failing, warn, error and passing results now, and how
+    many policies fail there (the namespace and policy filters apply)."""
+    where, params = _where(replace(f, cluster=""))
+    return ("SELECT cluster, sum(fail) AS fail, sum(warn) AS warn, sum(error) AS error,"
+            " sum(pass) AS pass, uniqExactIf(policy, fail > 0) AS policies"
+            " FROM policy_counts FINAL WHERE 1" + where +
+            " GROUP BY cluster ORDER BY fail DESC, cluster"), params
+
+
+def cluster_trends(f: Filters, span: Span) -> Query:
+    """Per cluster, its failing results per bucket (every policy's cluster-wide
+    count, carried forward, summed)."""
+    inner, params = _carried(replace(f, cluster="", namespace=""), span,
+                             table="policy_totals_windows", keys="cluster, policy")
+    return (f"SELECT cluster, sumForEach(vals) FROM ({inner}) GROUP BY cluster"
+            " ORDER BY cluster"), params
+
+
+def where_policies_fail(f: Filters) -> Query:
+    """For the ``top`` policies failing most across the clusters: each cluster
+    where it fails, with its count, the clusters where it fails most first."""
+    where, params = _where(replace(f, cluster=""))
+    per = ("SELECT policy, cluster, sum(fail) AS fail FROM policy_counts FINAL"
+           " WHERE 1" + where + " GROUP BY policy, cluster HAVING fail > 0")
+    return ("SELECT p.policy, p.cluster, p.fail, t.total FROM (" + per + ") AS p"
+            " INNER JOIN (SELECT policy, sum(fail) AS total FROM (" + per + ")"
+            " GROUP BY policy ORDER BY total DESC, policy LIMIT {top:UInt32}) AS t"
+            " ON t.policy = p.policy ORDER BY t.total DESC, p.policy, p.fail DESC, p.cluster"),\
+        {**params, "top": f.top}
+
+
+def sources() -> Query:
+    """The clusters a fleet follows (none in one cluster's store): its state,
+    shown as unreachable when the fleet has not recorded it lately, and the
+    commit time of its newest change the store holds."""
+    return ("SELECT s.cluster, if(s.state = 'following' AND s.last_contact <"
+            " now64(3) - INTERVAL 30 SECOND, 'unreachable', s.state) AS state,"
+            " toUInt32(toDateTime(s.last_contact)) AS contact,"
+            " toUInt32(toDateTime(p.last_change)) AS last_change"
+            " FROM (SELECT * FROM fleet_sources FINAL) AS s"
+            " LEFT JOIN (SELECT cluster, max(last_change) AS last_change"
+            " FROM fleet_progress FINAL WHERE topic LIKE '%.changes' GROUP BY cluster) AS p"
+            " ON p.cluster = s.cluster ORDER BY s.cluster"), {}
 
 
 def flows(f: Filters, span: Span) -> Query:

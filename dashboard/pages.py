@@ -13,7 +13,8 @@ from typing import Any
 from dashboard.filters import BUCKETS, RANGES, SEVERITIES, Filters
 
 PAGES = {"overview": ("/", "Overview"), "trends": ("/trends", "Trends"),
-         "resources": ("/resources", "Resources"), "findings": ("/findings", "Findings")}
+         "resources": ("/resources", "Resources"), "findings": ("/findings", "Findings"),
+         "fleet": ("/fleet", "Fleet")}
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -82,12 +83,12 @@ def filter_form(page: str, f: Filters, choices: Choices) -> str:
              _select("policy", f.policy, choices.policies)]
     if page in ("resources",):
         parts.append(_select("severity", f.severity, SEVERITIES, blank="high + critical"))
-    if page in ("overview", "trends", "resources"):
+    if page in ("overview", "trends", "resources", "fleet"):
         parts.append(_select("range", f.range, list(RANGES), blank=None))
     if page == "trends":
         parts.append(_select("bucket", f.bucket, list(BUCKETS), blank="auto"))
         parts.append(_select("rank", f.rank, ["count", "change"], blank=None))
-    if page in ("trends", "resources"):
+    if page in ("trends", "resources", "fleet"):
         parts.append(f'<label>top<input type="number" name="top" min="1" max="50"'
                      f' value="{f.top}"></label>')
     if page == "findings":

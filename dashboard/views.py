@@ -157,3 +157,43 @@ async def findings(source: Source, f: Filters) -> str:
         Column("resource", "resource"), Column("score", "score", True)], rows)
     return (f"<section><h2>Results with a score of at least {f.min_score:g}"
             f" ({len(rows)}{'+' if len(rows) >= 500 else ''})</h2>{t}</section>")
+
+
+async def fleet(source: Source, f: Filters, now: float | None = None) -> str:
+    """Every cluster at once: its state and failing results now, the
+    fleet's trend (a line per cluster), and where the policies failing most
+    across the fleet fail."""
+    span = Span.of(f, now)
+    states, totals, trend, where = await _ask(
+        source, filters.sources(), filters.cluster_totals(f), filters.cluster_trends(f, span),
+        filters.where_policies_fail(f))
+    state = {r[0]: (r[1], int(r[3])) for r in states}
+    clusters = table("fleet-clusters", "fleet", f, [
+        Column("cluster", "cluster"), Column("state", "state"),
+        Column("last_change", "newest change"), Column("fail", "failing", True),
+        Column("warn", "warn", True), Column("error", "error", True),
+        Column("pass", "pass", True), Column("policies", "failing policies", True)],
+        [(c, state.get(c, ("", 0))[0] or "-",
+          stamp(state[c][1]) if state.get(c, ("", 0))[1] else "-", *counts)
+         for c, *counts in totals],
+        links={0: lambda r: _link("/", f, cluster=r[0])})
+    stale = [c for c, (s, _) in state.items() if s != "following"]
+    warning = (f'<p class="error-box" data-stale="{escape(",".join(stale))}">Not up to date:'
+               f" {escape(', '.join(f'{c} ({state[c][0]})' for c in stale))}</p>"
+               if stale else "")
+    lines = [(str(c), [int(v) for v in vals]) for c, vals in trend]
+    fleet_total = [sum(vs) for vs in zip(*(v for _, v in lines), strict=True)] if lines \
+        else [0] * len(span.buckets())
+    chart = charts.line_chart(span.buckets(), span.bucket,
+                              [("fleet", fleet_total), *lines],
+                              title="failing results per cluster")
+    policies = table("where-policies-fail", "fleet", f, [
+        Column("policy", "policy"), Column("cluster", "cluster"),
+        Column("fail", "failing there", True), Column("total", "failing in the fleet", True)],
+        where, links={1: lambda r: _link("/", f, cluster=r[1], policy=r[0])}, sortable=False)
+    return (f"{warning}<section><h2>Clusters now</h2>{clusters}</section>"
+            f'<section><h2>Failing results, last {f.range}: the fleet and each cluster</h2>'
+            f'{chart}<span data-fleet-last="{fleet_total[-1] if fleet_total else 0}">now'
+            f" {fleet_total[-1] if fleet_total else 0}</span></section>"
+            f"<section><h2>Where the {f.top} policies failing most fail</h2>{policies}"
+            "</section>")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import httpx
 import pytest
 
 from pipeline.model.resources import RESOURCES
-from tests.e2e.conftest import Up, client_for
+from tests.e2e.conftest import BIN, Up, client_for
 from tests.helpers import collection_path, report
 
 pytestmark = pytest.mark.e2e
@@ -99,12 +101,53 @@ async def until(check: Any, timeout: float) -> None:
             await asyncio.sleep(0.5)
 
 
-def test_three_clusters_one_fleet_through_kills_and_stops(tmp_path: Path) -> None:
-    asyncio.run(scenario(tmp_path))
-
-
-async def scenario(tmp_path: Path) -> None:
+def test_three_clusters_one_fleet_through_kills_and_stops(tmp_path: Path,
+                                                         browser: Any) -> None:
     started: list[Up] = []
+    try:
+        fleet, failing = asyncio.run(scenario(tmp_path, started))
+        dashboard_shows(fleet, failing, browser)
+    finally:
+        for u in reversed(started):
+            try:
+                u.stop(timeout=60)
+            except Exception:  # noqa: BLE001 - still killed below
+                pass
+            u.kill(group=True)
+
+
+def dashboard_shows(fleet: Up, failing: dict[str, int], browser: Any) -> None:
+    """`dashboard --data-dir FLEET`'s fleet page in headless Chromium: a row
+    per cluster with its failing results, all following."""
+    proc = subprocess.Popen([str(BIN / "reports-pipeline"), "dashboard", "--data-dir",
+                             str(fleet.data_dir), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"(http://\S+)", line)
+        assert match, line + proc.stdout.read()
+        base, _, query = match[1].partition("?")
+        page = browser.new_page()
+        page.goto(f"{base}fleet?{query}&range=1h&refresh=0")
+        rows = page.locator("#fleet-clusters tbody tr")
+        shown = {rows.nth(i).locator("td").nth(0).inner_text():
+                 (rows.nth(i).locator("td").nth(1).inner_text(),
+                  int(rows.nth(i).locator("td").nth(3).inner_text()))
+                 for i in range(rows.count())}
+        assert shown == {c: ("following", n) for c, n in failing.items()}
+        assert int(page.locator("[data-fleet-last]").get_attribute("data-fleet-last")) == sum(
+            failing.values())
+        assert page.locator("#where-policies-fail tbody tr").count() > 0
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        proc.stdout.close()
+
+
+async def scenario(tmp_path: Path, started: list[Up]) -> tuple[Up, dict[str, int]]:
+    apis: dict[str, httpx.AsyncClient] = {}
+    fleet_api: httpx.AsyncClient | None = None
     try:
         clusters = {}
         for name in ("east", "west", "north"):
@@ -112,14 +155,14 @@ async def scenario(tmp_path: Path) -> None:
             started.append(u)
             clusters[name] = u
         for u in clusters.values():
-            u.wait_ready(timeout=180)
+            await asyncio.to_thread(u.wait_ready, 180)
         config = tmp_path / "fleet.yaml"
         config.write_text(sources_yaml({n: clusters[n] for n in ("east", "west")}))
         fleet = Up(tmp_path / "fleet", verb="fleet", args=("--config", str(config)))
         started.append(fleet)
-        fleet.wait_ready()
+        await asyncio.to_thread(fleet.wait_ready)
 
-        apis = {n: client_for(u) for n, u in clusters.items()}
+        apis.update({n: client_for(u) for n, u in clusters.items()})
         stop = asyncio.Event()
         writing = asyncio.gather(*(writer(api, i, n, stop) for i, api in enumerate(apis.values())
                                    for n in range(2)))
@@ -128,7 +171,7 @@ async def scenario(tmp_path: Path) -> None:
         fleet.kill(group=True)
         fleet = Up(tmp_path / "fleet", verb="fleet", args=("--config", str(config)))
         started.append(fleet)
-        fleet.wait_ready()
+        await asyncio.to_thread(fleet.wait_ready)  # the writers go on meanwhile
         fleet_api = client_for(fleet)
 
         # a cluster added while it runs
@@ -165,12 +208,9 @@ async def scenario(tmp_path: Path) -> None:
             await until(same, 120)
         total = sum((await held(api))[0][0][0] for api in apis.values())
         assert (await ask(fleet_api, "SELECT count() FROM fleet_reports FINAL"))[0][0] == total
-        for api in [*apis.values(), fleet_api]:
-            await api.aclose()
+        failing = {n: (await ask(api, "SELECT sum(fail) FROM policy_counts FINAL"))[0][0]
+                   for n, api in apis.items()}
+        return fleet, failing
     finally:
-        for u in reversed(started):
-            try:
-                u.stop(timeout=60)
-            except Exception:  # noqa: BLE001 - still killed below
-                pass
-            u.kill(group=True)
+        for api in [*apis.values(), *([fleet_api] if fleet_api else [])]:
+            await api.aclose()
