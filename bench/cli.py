@@ -25,8 +25,10 @@ import orjson
 
 from apiserver.contract import schema
 from bench import faults as bench_faults
+from bench import fleet as bench_fleet
 from bench import scale as bench_scale
 from bench.figures import Report
+from bench.fleet import Options as FleetOptions
 from bench.scale import Options as ScaleOptions
 from bench.sidebyside import table as side_by_side_table
 from bench.standardrun import Options as BenchOptions
@@ -128,6 +130,19 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale-creates", type=int, default=scale.creates, metavar="N",
                         help="with --scale: creates through the API at each size, whose rate"
                              " is the size's")
+    fleet = FleetOptions()
+    parser.add_argument("--fleet", action="store_true",
+                        help="instead: a fleet following --fleet-clusters live `up` systems"
+                             " under load (its lag, CPU per change, RSS), then the fleet's"
+                             " questions over --fleet-simulated clusters of"
+                             " --fleet-simulated-reports reports each (--quick: smaller)")
+    parser.add_argument("--fleet-clusters", type=int, default=fleet.clusters, metavar="N",
+                        help="with --fleet: live clusters")
+    parser.add_argument("--fleet-simulated", type=int, default=fleet.simulated_clusters,
+                        metavar="N", help="with --fleet: simulated clusters")
+    parser.add_argument("--fleet-simulated-reports", type=int,
+                        default=fleet.simulated_reports, metavar="N",
+                        help="with --fleet: reports of each simulated cluster")
     parser.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting of --kafka-brokers' nodes on top of Kafka's"
                              " defaults and production's, for example"
@@ -219,9 +234,36 @@ def _bench_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_fleet(args: argparse.Namespace) -> int:
+    """``bench --fleet``: the fleet's figures."""
+    options = FleetOptions(clusters=args.fleet_clusters,
+                           simulated_clusters=args.fleet_simulated,
+                           simulated_reports=args.fleet_simulated_reports)
+    if args.quick:
+        options = replace(options, clients=4, seconds=30.0, resources=100,
+                          simulated_clusters=min(options.simulated_clusters, 10),
+                          simulated_reports=min(options.simulated_reports, 1000))
+    if args.duration is not None:
+        options = replace(options, seconds=args.duration)
+    work = args.data_dir or Path(tempfile.mkdtemp(prefix="reports-fleet-"))
+    try:
+        report, code = _run_bench(bench_fleet.run(options, work, _progress_line))
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if report is None:
+        return code
+    print(report.table())
+    written = write_json(report, args.output)
+    print("figures written to " + " and ".join(str(p) for p in written))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.kafka_brokers:
         return _bench_faults(args)
+    if args.fleet:
+        return _bench_fleet(args)
     if args.scale:
         return _bench_scale(args)
     options = BenchOptions.quick() if args.quick else BenchOptions()

@@ -58,6 +58,54 @@ ORDER BY score DESC, namespace, report, rule
 }
 
 #: The reference server's table (Kyverno reports-server, PostgreSQL store).
+FLEET = {
+    "fleet-failing-now": """\
+-- name: fleet-failing-now
+-- Failing results right now, per cluster.
+SELECT cluster, sum(fail) AS failing
+FROM policy_counts FINAL
+GROUP BY cluster
+ORDER BY failing DESC, cluster
+""",
+    "fleet-top-policies": """\
+-- name: fleet-top-policies
+-- The policies that fail most across the fleet, in how many clusters, and
+-- since when (the first failing result the fleet holds).
+SELECT c.policy AS policy, c.failing AS failing, c.clusters AS clusters, f.since AS since
+FROM (
+    SELECT policy, sum(fail) AS failing, countIf(fail > 0) AS clusters
+    FROM (SELECT cluster, policy, sum(fail) AS fail FROM policy_counts FINAL
+          GROUP BY cluster, policy)
+    GROUP BY policy
+) AS c
+LEFT JOIN (
+    SELECT policy, min(committed) AS since FROM results WHERE result = 'fail' GROUP BY policy
+) AS f ON f.policy = c.policy
+WHERE c.failing > 0
+ORDER BY failing DESC, policy
+LIMIT 10
+""",
+    "fleet-policy-by-cluster": """\
+-- name: fleet-policy-by-cluster
+-- Where one policy fails most.
+SELECT cluster, sum(fail) AS failing
+FROM policy_counts FINAL
+WHERE policy = {policy:String}
+GROUP BY cluster
+HAVING failing > 0
+ORDER BY failing DESC, cluster
+""",
+    "fleet-reports": """\
+-- name: fleet-reports
+-- Reports and failing results per cluster, from the reports themselves.
+SELECT cluster, count() AS reports, sum(fail) AS failing
+FROM fleet_reports FINAL
+GROUP BY cluster
+ORDER BY cluster
+""",
+}
+"""docs/fleet.md's questions across clusters (a test keeps them identical)."""
+
 POSTGRES_SCHEMA = """\
 CREATE TABLE IF NOT EXISTS policyreports (
     name VARCHAR NOT NULL,

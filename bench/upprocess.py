@@ -21,8 +21,10 @@ class SystemFailed(RuntimeError):
 
 
 class RunningSystem:
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None):
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None, *,
+                 command: tuple[str, ...] = ("up",)):
         self.data_dir = data_dir
+        self._command = command
         self.kubeconfig = data_dir / "kubeconfig"
         self._env = env or {}
         self._proc: asyncio.subprocess.Process | None = None
@@ -48,7 +50,8 @@ class RunningSystem:
         inherited = {k: v for k, v in os.environ.items()
                      if k not in ("KAFKA_BOOTSTRAP", "CLICKHOUSE_URL")}
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "launcher.cli", "up", "--data-dir", str(self.data_dir),
+            sys.executable, "-m", "launcher.cli", *self._command, "--data-dir",
+            str(self.data_dir),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             env={**inherited, **self._env}, preexec_fn=die_with_parent())
         ready = asyncio.get_running_loop().create_future()
@@ -58,9 +61,10 @@ class RunningSystem:
         except (TimeoutError, SystemFailed):
             await self.stop()
             said = [line.strip() for line in self.output if line.strip()]
-            if len(said) == 1 and said[0].startswith("reports-pipeline up:"):
-                raise SystemFailed(said[0]) from None  # a mistake `up` explained
-            raise SystemFailed("reports-pipeline up did not become ready:\n"
+            verb = self._command[0]
+            if len(said) == 1 and said[0].startswith(f"reports-pipeline {verb}:"):
+                raise SystemFailed(said[0]) from None  # a mistake it explained
+            raise SystemFailed(f"reports-pipeline {verb} did not become ready:\n"
                                + "".join(self.output[-40:])) from None
 
     async def _read(self, ready: asyncio.Future[None]) -> None:

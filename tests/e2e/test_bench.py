@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench import questions
 from bench.scale import COLUMNS
 from bench.sidebyside import compared
 from tests.e2e.conftest import BIN, Up
@@ -201,3 +202,23 @@ def test_scale_run_prints_a_row_per_size(tmp_path: Path) -> None:
     tables = done.stdout[done.stdout.index("\nTHIS SYSTEM\n"):].split("\n")  # after progress
     assert sum(line.strip().startswith("1,500 |") for line in tables) == 2, done.stdout
     assert "this system: targets, at 1,500 reports:" in done.stdout
+
+
+def test_fleet_run_measures_the_lag_and_the_questions(tmp_path: Path) -> None:
+    """``bench --fleet`` small: two live clusters under load followed by a
+    fleet (its lag over every change of the phase, its CPU and memory), and
+    docs/fleet.md's questions over simulated clusters."""
+    output = tmp_path / "fleet.json"
+    done = subprocess.run(
+        [str(BIN / "reports-pipeline"), "bench", "--fleet", "--quick", "--fleet-clusters", "2",
+         "--fleet-simulated", "3", "--fleet-simulated-reports", "200", "--duration", "8",
+         "--output", str(output)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = {f["name"]: f for f in json.loads(output.read_text())["figures"]}
+    assert figures["fleet lag p99"]["value"] >= figures["fleet lag p50"]["value"] > 0
+    assert "changes of 2 clusters" in figures["fleet lag p99"]["note"]
+    assert figures["fleet CPU per change"]["value"] > 0
+    assert figures["fleet RSS, most"]["value"] > 0
+    asked = {n for n in figures if n.startswith("fleet question ")}
+    assert asked == {f"fleet question {q}" for q in questions.FLEET}
+    assert all(figures[n]["value"] > 0 for n in asked)

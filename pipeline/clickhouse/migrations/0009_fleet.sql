@@ -25,6 +25,8 @@ CREATE TABLE IF NOT EXISTS fleet_reports
     error UInt32,
     skip UInt32,
     object String CODEC(ZSTD(3)),
+    -- when the fleet wrote the row (its lag: written - committed)
+    written DateTime64(3, 'UTC') DEFAULT now64(3),
     result_policy Array(LowCardinality(String))
         MATERIALIZED arrayMap(r -> JSONExtractString(r, 'policy'),
             arrayConcat(JSONExtractArrayRaw(object, 'results'), JSONExtractArrayRaw(object, 'spec', 'results'))),
