@@ -77,6 +77,7 @@ class Fleet:
         self.followers: dict[str, Follower] = {}
         self._config_seen: tuple[float, int] | None = None
         self._reloading: asyncio.Task[None] | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
 
     def wanted(self) -> list[Source]:
         """The flags' sources and the config file's (SourceError if either is wrong)."""
@@ -100,7 +101,9 @@ class Fleet:
         start, stop = fleet_sources.changed(current, wanted)
         for s in stop:
             follower = self.followers.pop(s.name)
-            asyncio.create_task(follower.stop(), name=f"stop {s.name}")
+            stopping = asyncio.create_task(follower.stop(), name=f"stop {s.name}")
+            self._stopping.add(stopping)
+            stopping.add_done_callback(self._stopping.discard)
             log.warning("cluster %s is no longer followed (its rows stay)", s.name)
         for s in start:
             follower = self.followers[s.name] = Follower(s, self.store)
@@ -146,7 +149,7 @@ class Fleet:
             self._reloading.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reloading
-        await asyncio.gather(*(f.stop() for f in self.followers.values()))
+        await asyncio.gather(*(f.stop() for f in self.followers.values()), *self._stopping)
         await self.analytics.close()
         await self.connection.close()
 

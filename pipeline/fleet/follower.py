@@ -61,6 +61,7 @@ class Follower:
         self.detail = ""
         self.last_contact = 0.0  # time.time() of the source's last answer
         self._recorded = 0.0
+        self._backoff = 1.0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fleet {self.source.name}")
@@ -76,7 +77,6 @@ class Follower:
         return self._task is not None and self._task.done()
 
     async def _run(self) -> None:
-        backoff = 1.0
         while True:
             consumer = self._consumer()
             try:
@@ -90,11 +90,20 @@ class Follower:
             except (KafkaError, OSError, StoreError) as err:
                 if time.time() - self.last_contact > STALE_SECONDS or isinstance(err, StoreError):
                     await self._set(UNREACHABLE, f"{type(err).__name__}: {err}")
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                await self._pause()
+            except Exception as err:  # noqa: BLE001 - one cluster's fault stops not the fleet
+                log.exception("cluster %s: following it failed; trying again", self.source.name)
+                await self._set(UNREACHABLE, f"{type(err).__name__}: {err}")
+                await self._pause()
             finally:
                 with contextlib.suppress(KafkaError, OSError):
                     await consumer.stop()
+
+    async def _pause(self) -> None:
+        """Wait before trying again: 1 s, then twice as long each time, at
+        most 10 s; from 1 s again once following."""
+        await asyncio.sleep(self._backoff)
+        self._backoff = min(self._backoff * 2, 10.0)
 
     def _consumer(self) -> AIOKafkaConsumer:
         return clientconfig.consumer(
@@ -123,6 +132,7 @@ class Follower:
                     f" --resync {self.source.name} --kubeconfig FILE")
             consumer.seek(tp, max(start, first[tp]))
         self._contact()
+        self._backoff = 1.0
         await self._set(FOLLOWING, "")
         checked = time.monotonic()
         while True:
