@@ -28,6 +28,8 @@ commands:
   trends  failing results per namespace and policy over time, as a table and a chart
   dashboard  the trends as web pages
   demo    `up` on a fresh data directory given weeks of Kyverno-shaped history
+  migrate  reports between a cluster's CRDs and the store
+  fleet   many clusters' public topics followed into one analytics store
   bench   the benchmark: Kyverno-shaped traffic against a fresh `up`, and the
           analytics questions against a PostgreSQL JSONB baseline
 

@@ -20,7 +20,7 @@ from bench.baseline import BaselineFailed, EtcdCrds
 from launcher.cli import main
 from launcher.parser import build_parser
 
-COMMANDS = ("up", "worker", "serve", "trends", "dashboard", "bench")
+COMMANDS = ("up", "worker", "serve", "trends", "dashboard", "fleet", "bench")
 
 
 def one_line(text: str) -> str:
@@ -293,3 +293,43 @@ def test_the_help_lists_the_bench_without_its_extra() -> None:
     done = without_the_bench_extra("--help")
     assert done.returncode == 0
     assert "bench               (not installed: pip install -e '.[bench]')" in done.stdout
+
+
+def test_a_fleet_source_that_is_not_one(capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    line = usage_error(capsys, ["fleet", "--data-dir", str(tmp_path), "--source", "prod"])
+    assert "--source 'prod': expected NAME=BOOTSTRAP[/PREFIX]" in line
+
+
+def test_a_fleet_without_clusters(tmp_path: Path) -> None:
+    done, _ = run_cli("fleet", "--data-dir", str(tmp_path / "f"))
+    assert done.returncode == 2
+    assert one_line(done.stderr) == ("reports-pipeline fleet: give the clusters to follow"
+                                     " (--source or --config)")
+
+
+def test_a_fleet_config_that_is_wrong(tmp_path: Path) -> None:
+    config = tmp_path / "fleet.yaml"
+    config.write_text("clusters:\n  - name: a\n")
+    done, _ = run_cli("fleet", "--data-dir", str(tmp_path / "f"), "--config", str(config))
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (f"reports-pipeline fleet: {config}: clusters[0] needs a"
+                                     " name and a bootstrap")
+
+
+def test_a_resync_of_a_cluster_not_given(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("")
+    done, _ = run_cli("fleet", "--data-dir", str(tmp_path / "f"), "--source", "a=k:9092",
+                      "--resync", "b", "--kubeconfig", str(kubeconfig))
+    assert done.returncode == 1
+    assert one_line(done.stderr) == ("reports-pipeline fleet: cluster b is not among the"
+                                     " sources given")
+
+
+def test_trends_by_cluster_counts_every_namespace(tmp_path: Path) -> None:
+    done, _ = run_cli("trends", "--data-dir", str(tmp_path), "--by", "cluster",
+                      "--namespace", "x")
+    assert done.returncode == 1
+    assert one_line(done.stderr) == ("reports-pipeline trends: --by cluster counts every"
+                                     " namespace: drop --namespace")
