@@ -19,6 +19,8 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench import questions
+from dashboard import views
+from dashboard.filters import Filters
 from kubeclient import target
 from launcher.fleet import Fleet, FleetOptions, resync
 from launcher.trends import TrendQuery, fetch
@@ -162,6 +164,7 @@ async def documented_answers(fleet: Fleet, clusters: dict[str, Any]) -> None:
         _, rows = await fleet.analytics.analytics(queries[name], params)
         return [list(r) for r in rows]
     assert {c: f for c, f in await ask("fleet-failing-now")} == failing
+    await fleet_page(fleet, failing)
     assert {c: [n, f] for c, n, f in await ask("fleet-reports")} == reports
     top = await ask("fleet-top-policies")
     failing_policies = {p: v for p, v in by_policy.items() if sum(v.values())}
@@ -182,6 +185,15 @@ async def documented_answers(fleet: Fleet, clusters: dict[str, Any]) -> None:
             if {s.key: s.fail[-1] for s in series if s.fail[-1]} == expected:
                 break
             await asyncio.sleep(0.3)
+
+
+async def fleet_page(fleet: Fleet, failing: dict[str, int]) -> None:
+    """The dashboard's fleet page: a row per cluster with its failing results."""
+    html = await views.fleet(FleetSource(fleet), Filters(range="1h"))
+    rows = re.findall(r"<tr><td><a [^>]*>([^<]+)</a></td><td>([^<]+)</td><td>[^<]*</td>"
+                      r'<td class="n">(\d+)</td>', html)
+    assert {c: (s, int(n)) for c, s, n in rows} == {
+        c: ("following", n) for c, n in failing.items()}, html
 
 
 class FleetSource:
