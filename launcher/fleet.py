@@ -165,6 +165,7 @@ def states_json(states: Sequence[SourceState]) -> bytes:
 async def run_fleet(settings: Settings, options: FleetOptions) -> None:
     """Follow the sources and serve the store until SIGINT or SIGTERM."""
     with data_dir_lock(options.data_dir, "fleet"):
+        sock = listen(options.host, options.port)  # a port in use is told before anything
         fleet = Fleet(settings, options)
         try:
             await fleet.start()
@@ -180,15 +181,17 @@ async def run_fleet(settings: Settings, options: FleetOptions) -> None:
                                                      hostname=socket.gethostname()))
         app = create_analytics_app(fleet.analytics, token=token,
                                    routes=[Route("/fleet/v1/sources", sources_page)])
-        sock = listen(options.host, options.port)
         server = SignalFreeServer(https_config(app, cert=cert, key=key, client_ca=None,
-                                      settings=settings))
+                                               settings=settings))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
         serving = asyncio.create_task(server.serve(sockets=[sock]), name="http")
         try:
-            while not server.started and not serving.done():
+            while not server.started:
+                if serving.done():
+                    await serving
+                    raise StartupError("the analytics endpoint did not start")
                 await asyncio.sleep(0.01)
             local = "127.0.0.1" if options.host in ("0.0.0.0", "") else options.host
             url = f"https://{local}:{sock.getsockname()[1]}"
