@@ -276,10 +276,10 @@ def cluster_totals(f: Filters) -> Query:
     """Per cluster: its failing, warn, error and passing results now, and how
     many policies fail there (the namespace and policy filters apply)."""
     where, params = _where(replace(f, cluster=""))
-    return ("SELECT cluster, sum(fail) AS fail, sum(warn) AS warn, sum(error) AS error,"
-            " sum(pass) AS pass, uniqExactIf(policy, fail > 0) AS policies"
+    return ("SELECT cluster, sum(fail) AS failing, sum(warn) AS warning, sum(error) AS errors,"
+            " sum(pass) AS passing, uniqExactIf(policy, fail > 0) AS policies"
             " FROM policy_counts FINAL WHERE 1" + where +
-            " GROUP BY cluster ORDER BY fail DESC, cluster"), params
+            " GROUP BY cluster ORDER BY failing DESC, cluster"), params
 
 
 def cluster_trends(f: Filters, span: Span) -> Query:

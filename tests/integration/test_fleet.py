@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from bench import questions
 from dashboard import views
@@ -224,11 +224,14 @@ async def test_a_change_log_past_the_fleet_is_reported_then_resynced_from_the_ap
     settings: Settings = make_settings()
     running = await start(settings)
     await traffic(running, 0, 6)
+    async with asyncio.timeout(30):  # in the cluster's own store first
+        while len((await what(running))[0]) != 4:
+            await asyncio.sleep(0.2)
     # the oldest changes are gone from the log before the fleet took them
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:
-        await admin.delete_records({TopicPartition(settings.changes_topic, 0): 3})
+        await admin.delete_records({TopicPartition(settings.changes_topic, 0): RecordsToDelete(3)})
     finally:
         await admin.close()
     fleet_settings = make_settings()
