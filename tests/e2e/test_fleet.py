@@ -12,6 +12,7 @@ import json
 import re
 import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,9 @@ def test_three_clusters_one_fleet_through_kills_and_stops(tmp_path: Path,
                                                          browser: Any) -> None:
     started: list[Up] = []
     try:
-        fleet, failing = asyncio.run(scenario(tmp_path, started))
+        # in a thread of its own: Playwright's sync API runs a loop in this one
+        with ThreadPoolExecutor(1) as thread:
+            fleet, failing = thread.submit(asyncio.run, scenario(tmp_path, started)).result()
         dashboard_shows(fleet, failing, browser)
     finally:
         for u in reversed(started):
@@ -206,10 +209,11 @@ async def scenario(tmp_path: Path, started: list[Up]) -> tuple[Up, dict[str, int
             async def same(name: str = name, api: httpx.AsyncClient = api) -> bool:
                 return await held(api) == await in_fleet(fleet_api, name)
             await until(same, 120)
-        total = sum((await held(api))[0][0][0] for api in apis.values())
+        total, failing = 0, {}
+        for name, api in apis.items():
+            total += (await held(api))[0][0][0]
+            failing[name] = (await ask(api, "SELECT sum(fail) FROM policy_counts FINAL"))[0][0]
         assert (await ask(fleet_api, "SELECT count() FROM fleet_reports FINAL"))[0][0] == total
-        failing = {n: (await ask(api, "SELECT sum(fail) FROM policy_counts FINAL"))[0][0]
-                   for n, api in apis.items()}
         return fleet, failing
     finally:
         for api in [*apis.values(), *([fleet_api] if fleet_api else [])]:
