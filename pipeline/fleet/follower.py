@@ -166,7 +166,9 @@ class Follower:
             log.warning("cluster %s: %d records skipped: not what their topic holds",
                         self.source.name, batch.undecodable)
         await self._store.write(self.source.name, batch, ends, last)
-        metrics.FLEET_RECORDS.labels(self.source.name).inc(sum(len(v) for v in found.values()))
+        for tp, taken in found.items():
+            kind = "changes" if tp.topic == self.source.changes_topic else "summaries"
+            metrics.FLEET_RECORDS.labels(self.source.name, kind).inc(len(taken))
         if batch.last_change is not None:
             metrics.FLEET_LAG_SECONDS.labels(self.source.name).observe(
                 max(0.0, time.time() - batch.last_change.timestamp()))

@@ -126,8 +126,8 @@ def exposition() -> tuple[bytes, str]:
     """The metrics page and its content type."""
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 FLEET_RECORDS = Counter(
-    "reports_fleet_records_total", "Records the fleet took from a cluster's topics.",
-    ["cluster"], registry=REGISTRY)
+    "reports_fleet_records_total", "Records the fleet took from a cluster's topics, by"
+    " topic (changes, summaries).", ["cluster", "topic"], registry=REGISTRY)
 FLEET_LAG_SECONDS = Histogram(
     "reports_fleet_lag_seconds", "From a change's commit in its cluster to its batch in"
     " the fleet store.", ["cluster"], buckets=LATENCY, registry=REGISTRY)

@@ -216,7 +216,7 @@ def test_fleet_run_measures_the_lag_and_the_questions(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     figures = {f["name"]: f for f in json.loads(output.read_text())["figures"]}
     assert figures["fleet lag p99"]["value"] >= figures["fleet lag p50"]["value"] > 0
-    assert "changes of 2 clusters" in figures["fleet lag p99"]["note"]
+    assert "changes with results of 2 clusters" in figures["fleet lag p99"]["note"]
     assert figures["fleet CPU per change"]["value"] > 0
     assert figures["fleet RSS, most"]["value"] > 0
     asked = {n for n in figures if n.startswith("fleet question ")}

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS fleet_reports
             arrayConcat(JSONExtractArrayRaw(object, 'results'), JSONExtractArrayRaw(object, 'spec', 'results')))
 )
 ENGINE = ReplacingMergeTree(resource_version, deleted)
-ORDER BY (cluster, resource, namespace, name);
+ORDER BY (cluster, resource, namespace, name)
+SETTINGS max_cleanup_delay_period = 30, concurrent_part_removal_threshold = 1000000;
 
 -- How far the fleet has got in each cluster's topics, written with each batch
 -- it takes from them: where it resumes. The latest row per key wins (a resync
@@ -62,7 +63,8 @@ CREATE TABLE IF NOT EXISTS fleet_progress
     written DateTime64(6, 'UTC') DEFAULT now64(6)
 )
 ENGINE = ReplacingMergeTree(written)
-ORDER BY (cluster, topic, partition);
+ORDER BY (cluster, topic, partition)
+SETTINGS max_cleanup_delay_period = 30, concurrent_part_removal_threshold = 1000000;
 
 -- Each source the fleet follows, as it last saw it: following, unreachable
 -- (since last_contact) or resync (its retention passed the fleet's position).
@@ -77,4 +79,5 @@ CREATE TABLE IF NOT EXISTS fleet_sources
     updated DateTime64(6, 'UTC') DEFAULT now64(6)
 )
 ENGINE = ReplacingMergeTree(updated)
-ORDER BY cluster;
+ORDER BY cluster
+SETTINGS max_cleanup_delay_period = 30, concurrent_part_removal_threshold = 1000000;
