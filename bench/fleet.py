@@ -230,7 +230,7 @@ async def _simulate_cluster(store: FleetStore, cluster: str, options: Options, *
             for status, value in counts.items():
                 total[status] += value
         if len(batch.reports) >= 2000:
-            await store.write(cluster, batch, {}, {})
+            await store.write(batch)
             batch = fleetrows.Batch()
     at = datetime.fromtimestamp(now, UTC).isoformat()
     summaries = [SimpleNamespace(value=orjson.dumps({
@@ -238,4 +238,4 @@ async def _simulate_cluster(store: FleetStore, cluster: str, options: Options, *
         "resourceVersion": str(options.simulated_reports), "time": at}))
         for (n, p), c in per_policy.items()]
     fleetrows.summaries(cluster, summaries, batch)
-    await store.write(cluster, batch, {}, {})
+    await store.write(batch)

@@ -15,9 +15,8 @@ import contextlib
 import logging
 import signal
 import socket
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,8 +43,9 @@ from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.clickhouse.connection import Connection, StoreError
 from pipeline.clickhouse.fleet import FleetStore, SourceState
 from pipeline.fleet import sources as fleet_sources
-from pipeline.fleet.follower import FOLLOWING, STALE_SECONDS, UNREACHABLE, Follower
+from pipeline.fleet.follower import CONTACT_SECONDS, Follower
 from pipeline.fleet.sources import Source, SourceError
+from pipeline.fleet.writer import Writer
 from pipeline.kafka import clientconfig
 from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
@@ -73,10 +73,12 @@ class Fleet:
         self.options = options
         self.connection = Connection(settings, data_dir=options.data_dir)
         self.store = FleetStore(self.connection)
+        self.writer = Writer(self.store)
         self.analytics = AnalyticsQueries(self.connection)
         self.followers: dict[str, Follower] = {}
         self._config_seen: tuple[float, int] | None = None
         self._reloading: asyncio.Task[None] | None = None
+        self._recording: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
 
     def wanted(self) -> list[Source]:
@@ -92,9 +94,21 @@ class Fleet:
 
     async def start(self) -> None:
         await self.connection.start()
+        self.writer.start()
         self.follow(self.wanted())
+        self._recording = asyncio.create_task(self._record(), name="fleet states")
         if self.options.config is not None:
             self._reloading = asyncio.create_task(self._reload(), name="fleet config")
+
+    async def _record(self) -> None:
+        """Every follower's state and contact, together, every CONTACT_SECONDS."""
+        while True:
+            await asyncio.sleep(CONTACT_SECONDS)
+            try:
+                await self.store.record_states(
+                    [f.snapshot() for f in self.followers.values()])
+            except StoreError as err:
+                log.warning("cannot record the clusters' states: %s", err)
 
     def follow(self, wanted: Sequence[Source]) -> None:
         current = [f.source for f in self.followers.values()]
@@ -106,7 +120,7 @@ class Fleet:
             stopping.add_done_callback(self._stopping.discard)
             log.warning("cluster %s is no longer followed (its rows stay)", s.name)
         for s in start:
-            follower = self.followers[s.name] = Follower(s, self.store)
+            follower = self.followers[s.name] = Follower(s, self.store, self.writer)
             follower.start()
 
     async def _reload(self) -> None:
@@ -130,26 +144,20 @@ class Fleet:
         """Every source the store knows, as this process sees it now: one it
         follows is unreachable when its Kafka has not answered lately."""
         recorded = {s.cluster: s for s in await self.store.states()}
-        now = time.time()
         for name, follower in self.followers.items():
             seen = recorded.get(name)
-            state, detail = follower.state or "starting", follower.detail
-            if state == FOLLOWING and now - follower.last_contact > STALE_SECONDS:
-                state, detail = UNREACHABLE, "no answer from its Kafka"
-            contact = datetime.fromtimestamp(follower.last_contact, UTC) \
-                if follower.last_contact else (seen.last_contact if seen else
-                                               datetime.fromtimestamp(0, UTC))
-            recorded[name] = SourceState(name, follower.source.bootstrap,
-                                         follower.source.prefix, state, detail, contact,
-                                         seen.last_change if seen else None)
+            recorded[name] = replace(follower.snapshot(),
+                                     last_change=seen.last_change if seen else None)
         return sorted(recorded.values(), key=lambda s: s.cluster)
 
     async def stop(self) -> None:
-        if self._reloading is not None:
-            self._reloading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reloading
+        for task in (self._reloading, self._recording):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await asyncio.gather(*(f.stop() for f in self.followers.values()), *self._stopping)
+        await self.writer.stop()
         await self.analytics.close()
         await self.connection.close()
 
@@ -244,9 +252,9 @@ async def resync(settings: Settings, data_dir: Path, source: Source, cluster_api
                                 for k in (key_of(resource, obj) for obj in items))
                     version = max(version, int(rv or 0))
                 if len(batch) > FLUSH_ROWS:
-                    await store.write(source.name, batch, {}, {})
+                    await store.write(batch)
                     batch = fleetrows.Batch()
-        await store.write(source.name, batch, {}, {})
+        await store.write(batch)
         forgotten = await store.forget(source.name, keep, version)
         start = await log_start(source)
         await store.set_positions(source.name, {(source.changes_topic, 0): start - 1})

@@ -3,7 +3,7 @@ end at, the positions it resumes from, and each source's state."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -50,8 +50,7 @@ class FleetStore:
             return {(str(t), int(p)): int(o) for t, p, o in found}
         return await self._connection.run(query)
 
-    async def write(self, cluster: str, batch: Batch, ends: Mapping[Position, int],
-                    last_record: Mapping[Position, datetime]) -> None:
+    async def write(self, batch: Batch) -> None:
         """A batch's rows, then the positions it ends at. Safe to repeat: a
         batch written twice collapses into the same rows (each has its
         version), so a crash between the two leaves nothing counted twice."""
@@ -69,31 +68,34 @@ class FleetStore:
                                            batch.totals)):
                 if found:
                     client.insert(table, found, column_names=columns)
-            self._insert_positions(client, cluster, ends, last_record)
+            self._insert_positions(client, batch.positions)
         await self._connection.run(insert, operation="write")
 
     async def set_positions(self, cluster: str, ends: Mapping[Position, int]) -> None:
         """Move ``cluster``'s positions (a resync starts its log again)."""
         now = datetime.now(UTC)
         await self._connection.run(
-            lambda client: self._insert_positions(client, cluster, ends,
-                                                  dict.fromkeys(ends, now)),
+            lambda client: self._insert_positions(
+                client, {(cluster, t, p): (o, now) for (t, p), o in ends.items()}),
             operation="write")
 
     @staticmethod
-    def _insert_positions(client: Client, cluster: str, ends: Mapping[Position, int],
-                          last_record: Mapping[Position, datetime]) -> None:
-        if ends:
+    def _insert_positions(client: Client,
+                          positions: Mapping[tuple[str, str, int], tuple[int, datetime]]
+                          ) -> None:
+        if positions:
             client.insert("fleet_progress",
-                          [[cluster, t, p, o, last_record.get((t, p), datetime.now(UTC))]
-                           for (t, p), o in ends.items()],
+                          [[c, t, p, o, at] for (c, t, p), (o, at) in positions.items()],
                           column_names=("cluster", "topic", "partition", "offset",
                                         "last_change"))
 
-    async def record_state(self, cluster: str, bootstrap: str, prefix: str, state: str,
-                           detail: str, last_contact: datetime) -> None:
+    async def record_states(self, states: Sequence[SourceState]) -> None:
+        """Each source's state as the fleet sees it now, in one insert."""
+        if not states:
+            return
         await self._connection.run(lambda client: client.insert(
-            "fleet_sources", [[cluster, bootstrap, prefix, state, detail, last_contact]],
+            "fleet_sources", [[s.cluster, s.bootstrap, s.prefix, s.state, s.detail,
+                               s.last_contact] for s in states],
             column_names=("cluster", "bootstrap", "prefix", "state", "detail",
                           "last_contact")), operation="write")
 

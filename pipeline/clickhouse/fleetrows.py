@@ -44,10 +44,26 @@ class Batch:
     undecodable: int = 0
     #: the commit time of the newest change (None: no change in the batch)
     last_change: datetime | None = None
+    #: where the batch ends in each (cluster, topic, partition) it took from:
+    #: the offset of its last record, and that record's time
+    positions: dict[tuple[str, str, int], tuple[int, datetime]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return (len(self.reports) + len(self.results) + len(self.counts) + len(self.windows)
                 + len(self.totals))
+
+    def add(self, other: Batch) -> None:
+        """Take ``other``'s rows and positions (it ends later where both took)."""
+        self.reports += other.reports
+        self.results += other.results
+        self.counts += other.counts
+        self.windows += other.windows
+        self.totals += other.totals
+        self.undecodable += other.undecodable
+        self.positions.update(other.positions)
+        if other.last_change is not None and (self.last_change is None
+                                              or other.last_change > self.last_change):
+            self.last_change = other.last_change
 
 
 def changes(cluster: str, records: Sequence[Any], batch: Batch) -> Batch:

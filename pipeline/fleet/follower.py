@@ -30,8 +30,9 @@ from aiokafka.errors import KafkaError
 
 from pipeline.clickhouse import fleetrows
 from pipeline.clickhouse.connection import StoreError
-from pipeline.clickhouse.fleet import FleetStore, Position
+from pipeline.clickhouse.fleet import FleetStore, SourceState
 from pipeline.fleet.sources import Source
+from pipeline.fleet.writer import Writer
 from pipeline.kafka import clientconfig
 from pipeline.observe import metrics
 from pipeline.runtime.logs import quiet
@@ -53,14 +54,14 @@ class RetentionPassed(Exception):
 
 
 class Follower:
-    def __init__(self, source: Source, store: FleetStore):
+    def __init__(self, source: Source, store: FleetStore, writer: Writer):
         self.source = source
         self._store = store
+        self._writer = writer
         self._task: asyncio.Task[None] | None = None
         self.state = ""
         self.detail = ""
         self.last_contact = 0.0  # time.time() of the source's last answer
-        self._recorded = 0.0
         self._backoff = 1.0
 
     def start(self) -> None:
@@ -145,30 +146,25 @@ class Follower:
                 await consumer.end_offsets(partitions)
                 self._contact()
                 checked = time.monotonic()
-            if time.time() - self._recorded > CONTACT_SECONDS:
-                await self._set(FOLLOWING, "")
 
     async def _write(self, found: dict[Any, list[Any]]) -> None:
         batch = fleetrows.Batch()
-        ends: dict[Position, int] = {}
-        last: dict[Position, datetime] = {}
         for tp, taken in found.items():
             if not taken:
                 continue
             if tp.topic == self.source.changes_topic:
                 fleetrows.changes(self.source.name, taken, batch)
+                kind = "changes"
             else:
                 fleetrows.summaries(self.source.name, taken, batch)
-            ends[(tp.topic, tp.partition)] = taken[-1].offset
-            last[(tp.topic, tp.partition)] = datetime.fromtimestamp(
-                taken[-1].timestamp / 1000, UTC)
+                kind = "summaries"
+            batch.positions[(self.source.name, tp.topic, tp.partition)] = (
+                taken[-1].offset, datetime.fromtimestamp(taken[-1].timestamp / 1000, UTC))
+            metrics.FLEET_RECORDS.labels(self.source.name, kind).inc(len(taken))
         if batch.undecodable:
             log.warning("cluster %s: %d records skipped: not what their topic holds",
                         self.source.name, batch.undecodable)
-        await self._store.write(self.source.name, batch, ends, last)
-        for tp, taken in found.items():
-            kind = "changes" if tp.topic == self.source.changes_topic else "summaries"
-            metrics.FLEET_RECORDS.labels(self.source.name, kind).inc(len(taken))
+        await self._writer.write(batch)
         if batch.last_change is not None:
             metrics.FLEET_LAG_SECONDS.labels(self.source.name).observe(
                 max(0.0, time.time() - batch.last_change.timestamp()))
@@ -177,16 +173,28 @@ class Follower:
         self.last_contact = time.time()
 
     async def _set(self, state: str, detail: str) -> None:
+        """Take ``state``; a change is logged and recorded at once (the fleet
+        records every follower's contact together, ``Fleet``)."""
+        if state == self.state and detail == self.detail:
+            return
         changed = state != self.state
         self.state, self.detail = state, detail
+        metrics.FLEET_STALE.labels(self.source.name).set(0 if state == FOLLOWING else 1)
         if changed and state != FOLLOWING:
             log.warning("cluster %s is %s: %s", self.source.name, state, detail)
         elif changed:
             log.info("cluster %s: following %s at %s", self.source.name,
                      self.source.changes_topic, self.source.bootstrap)
-        metrics.FLEET_STALE.labels(self.source.name).set(0 if state == FOLLOWING else 1)
-        last = datetime.fromtimestamp(self.last_contact or time.time(), UTC)
         with contextlib.suppress(StoreError):
-            await self._store.record_state(self.source.name, self.source.bootstrap,
-                                           self.source.prefix, state, detail, last)
-            self._recorded = time.time()
+            await self._store.record_states([self.snapshot()])
+
+    def snapshot(self, *, now: float | None = None) -> SourceState:
+        """The follower as it is now: following but silent for STALE_SECONDS
+        is unreachable."""
+        state, detail = self.state or "starting", self.detail
+        now = time.time() if now is None else now
+        if state == FOLLOWING and now - self.last_contact > STALE_SECONDS:
+            state, detail = UNREACHABLE, "no answer from its Kafka"
+        return SourceState(self.source.name, self.source.bootstrap, self.source.prefix,
+                           state, detail,
+                           datetime.fromtimestamp(self.last_contact or now, UTC), None)
