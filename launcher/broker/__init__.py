@@ -2,5 +2,6 @@
 KAFKA_BOOTSTRAP is given (``singlenode``) and a replicated cluster of nodes
 on loopback (``cluster``, for the fault tests and the benchmark), both of
 KRaft nodes (``node``) on jars pinned by ``kafka-broker.pom.xml`` and fetched
-with Maven (``jars``).
+with Maven (``jars``); and MirrorMaker 2 (``mirror``), which mirrors clusters'
+public topics into a central Kafka for a fleet.
 Starts and stops Java processes; knows nothing of the pipeline's topics."""

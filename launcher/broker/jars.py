@@ -11,6 +11,7 @@ import re
 import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import IO
@@ -54,11 +55,29 @@ FETCH_ATTEMPTS = 3
 FETCH_PAUSES = (0.0, 3.0, 10.0)
 
 
-async def ensure_jars(cache: Path, *, progress: Callable[[str], None]) -> Path:
-    """The directory of the pinned Kafka's jars, fetched with Maven when missing."""
+@dataclass(frozen=True)
+class Pinned:
+    """A set of jars pinned by a POM beside this file, cached under
+    ``CACHE/<directory>-<version>/libs``; ``marker`` is a jar there once fetched."""
+    pom: str
+    directory: str
+    marker: str  # with {version}
+    what: str  # with {version}, for messages
+
+
+BROKER = Pinned(POM, "kafka", "kafka_2.13-{version}.jar", "Apache Kafka {version}")
+#: MirrorMaker 2 (Kafka Connect's mirror connectors), fetched only when a
+#: mirror is run: a fleet whose clusters' Kafka it cannot reach
+MIRRORMAKER = Pinned("mirrormaker.pom.xml", "mirrormaker", "connect-mirror-{version}.jar",
+                     "Apache Kafka {version}'s MirrorMaker 2")
+
+
+async def ensure_jars(cache: Path, *, progress: Callable[[str], None],
+                      pinned: Pinned = BROKER) -> Path:
+    """The directory of the pinned jars, fetched with Maven when missing."""
     version = kafka_version()
-    libs = cache / f"kafka-{version}" / "libs"
-    fetched = libs / f"kafka_2.13-{version}.jar"
+    libs = cache / f"{pinned.directory}-{version}" / "libs"
+    fetched = libs / pinned.marker.format(version=version)
     if fetched.exists():
         return libs
     libs.parent.mkdir(parents=True, exist_ok=True)
@@ -66,14 +85,15 @@ async def ensure_jars(cache: Path, *, progress: Callable[[str], None]) -> Path:
         await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
         if fetched.exists():
             return libs
-        await _fetch(libs, version, progress)
+        await _fetch(libs, version, progress, pinned)
     return libs
 
 
-def fetch_failed(version: str, reason: str, log_file: Path) -> str:
+def fetch_failed(version: str, reason: str, log_file: Path, what: str = "Apache Kafka {version}"
+                 ) -> str:
     """The one line a fetch that failed every attempt ends in: what, why, and
     what to do. Pure."""
-    return (f"could not fetch Apache Kafka {version}'s jars from Maven Central after"
+    return (f"could not fetch {what.format(version=version)}'s jars from Maven Central after"
             f" {FETCH_ATTEMPTS} attempts ({reason}; Maven's output is in {log_file}):"
             " check the network and Maven's proxy settings (~/.m2/settings.xml), or set"
             " KAFKA_BOOTSTRAP to a running Kafka")
@@ -94,17 +114,18 @@ def maven_reason(output: Sequence[str]) -> str:
     return "Maven exited without saying why"
 
 
-async def _fetch(libs: Path, version: str, progress: Callable[[str], None]) -> None:
+async def _fetch(libs: Path, version: str, progress: Callable[[str], None],
+                 pinned: Pinned) -> None:
+    what = pinned.what.format(version=version)
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise BrokerError(f"Apache Kafka {version} is not in {libs.parent} yet and Maven (mvn)"
+        raise BrokerError(f"{what} is not in {libs.parent} yet and Maven (mvn)"
                           " is needed to fetch it once (apt-get install maven), or set"
                           " KAFKA_BOOTSTRAP to a Kafka cluster")
-    pom = libs.parent / POM
-    pom.write_text(resources.files("launcher.broker").joinpath(POM).read_text())
+    pom = libs.parent / pinned.pom
+    pom.write_text(resources.files("launcher.broker").joinpath(pinned.pom).read_text())
     log_file = libs.parent / "fetch.log"
-    progress(f"fetching Apache Kafka {version} from Maven Central into {libs.parent}"
-             " (first start only)")
+    progress(f"fetching {what} from Maven Central into {libs.parent} (first use only)")
     reason = ""
     with open(log_file, "w") as log_out:
         for attempt, pause in enumerate(FETCH_PAUSES[:FETCH_ATTEMPTS], start=1):
@@ -119,11 +140,11 @@ async def _fetch(libs: Path, version: str, progress: Callable[[str], None]) -> N
             if output is None:
                 shutil.rmtree(libs, ignore_errors=True)
                 partial.rename(libs)
-                progress(f"Apache Kafka {version} is cached in {libs.parent}")
+                progress(f"{what} is cached in {libs.parent}")
                 return
             shutil.rmtree(partial, ignore_errors=True)
             reason = maven_reason(output)
-    raise BrokerError(fetch_failed(version, reason, log_file))
+    raise BrokerError(fetch_failed(version, reason, log_file, pinned.what))
 
 
 async def _maven(mvn: str, pom: Path, into: Path, log_out: IO[str],
