@@ -1,8 +1,9 @@
 """The fleet as users run it: three `up` systems, each with its own embedded
 broker, under Kyverno-shaped writes, and one `reports-pipeline fleet`
 process following them. The fleet is SIGKILLed under load and started again,
-a source's broker is stopped (SIGSTOP) and resumed, a cluster is added to
-the config file while the fleet runs; in the end every cluster's reports,
+a source's broker is stopped (SIGSTOP) and resumed, then that cluster is
+stopped and started again, a cluster is added to the config file while the
+fleet runs; in the end every cluster's reports,
 counts and results in the fleet equal what that cluster holds."""
 
 from __future__ import annotations
@@ -51,12 +52,13 @@ async def in_fleet(api: httpx.AsyncClient, cluster: str) -> tuple[Any, ...]:
             await ask(api, RESULTS.format(where=where), c=cluster))
 
 
-async def writer(api: httpx.AsyncClient, cluster: int, n: int, stop: asyncio.Event) -> int:
+async def writer(api: httpx.AsyncClient, cluster: int, n: int, stop: asyncio.Event,
+                 count: int = 2000) -> int:
     """Kyverno-shaped writes: a report per Pod, rewritten as results change,
     some Pods going away. Bounded; ``stop`` ends it sooner. While its broker
     is stopped a write may be refused (503) or time out: it goes on."""
     written = 0
-    for i in range(2000):
+    for i in range(count):
         if stop.is_set():
             break
         ns = f"team-{(n + i) % 4}"
@@ -202,8 +204,19 @@ async def scenario(tmp_path: Path, started: list[Up]) -> tuple[Up, dict[str, int
             return (await sources(fleet_api))["west"]["state"] == "following"
         await until(west_back, 90)
 
+        # west stopped (its broker with it) and started again on its data
         stop.set()
         assert sum(await writing) > 0
+        await apis["west"].aclose()
+        assert clusters["west"].stop() == 0
+        clusters["west"].kill()
+        await until(west_stale, 60)
+        clusters["west"] = Up(tmp_path / "west")
+        started.append(clusters["west"])
+        await asyncio.to_thread(clusters["west"].wait_ready, 180)
+        apis["west"] = client_for(clusters["west"])
+        await until(west_back, 90)
+        assert await writer(apis["west"], 1, 9, asyncio.Event(), count=40) > 0
 
         for name, api in apis.items():
             async def same(name: str = name, api: httpx.AsyncClient = api) -> bool:
