@@ -48,6 +48,7 @@ from pipeline.fleet.sources import Source, SourceError
 from pipeline.fleet.writer import Writer
 from pipeline.kafka import clientconfig
 from pipeline.model.resources import RESOURCES
+from pipeline.observe import metrics
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,11 @@ async def run_fleet(settings: Settings, options: FleetOptions) -> None:
         cert, key = ensure_certificate(options.data_dir / "tls",
                                        serving_names(options.host,
                                                      hostname=socket.gethostname()))
-        app = create_analytics_app(fleet.analytics, token=token,
+        async def metrics_page(request: Request) -> Response:
+            body, content_type = metrics.exposition(metrics.FLEET_REGISTRY)
+            return Response(body, headers={"Content-Type": content_type})
+
+        app = create_analytics_app(fleet.analytics, token=token, metrics=metrics_page,
                                    routes=[Route("/fleet/v1/sources", sources_page)])
         server = SignalFreeServer(https_config(app, cert=cert, key=key, client_ca=None,
                                                settings=settings))

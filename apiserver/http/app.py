@@ -5,7 +5,7 @@ instrumentation wrapped around it all."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
@@ -30,6 +30,8 @@ from pipeline.model.storage import StorageError
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 ROUTES = [
@@ -94,13 +96,15 @@ def create_app(service: ReportService, settings: Settings, *, token: str | None 
 
 
 def create_analytics_app(store: AnalyticsQueries, *, token: str,
-                         routes: Sequence[BaseRoute] = ()) -> ASGIApp:
-    """The analytics endpoint alone, with health and metrics (and ``routes``),
-    for a process that keeps a store but serves no reports: the fleet."""
+                         routes: Sequence[BaseRoute] = (),
+                         metrics: Endpoint = metrics_page) -> ASGIApp:
+    """The analytics endpoint alone, with health and ``metrics`` (and
+    ``routes``), for a process that keeps a store but serves no reports: the
+    fleet."""
     app = Starlette(routes=[
         Route(analytics.PATH, analytics.query, methods=["POST"]),
         Route("/healthz", documents.healthz), Route("/livez", documents.healthz),
-        Route("/readyz", documents.healthz), Route("/metrics", metrics_page), *routes],
+        Route("/readyz", documents.healthz), Route("/metrics", metrics), *routes],
         exception_handlers={ApiError: on_api_error, StorageError: on_storage_error,
                             HTTPException: on_http_error, Exception: on_unexpected})
     app.state.analytics = store

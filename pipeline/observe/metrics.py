@@ -122,15 +122,17 @@ async def watch_event_loop(period: float = 0.25) -> None:
         EVENT_LOOP_LAG.observe(max(0.0, time.perf_counter() - due))
 
 
-def exposition() -> tuple[bytes, str]:
-    """The metrics page and its content type."""
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+def exposition(*more: CollectorRegistry) -> tuple[bytes, str]:
+    """The metrics page (the process's registry and ``more``) and its content type."""
+    return b"".join(generate_latest(r) for r in (REGISTRY, *more)), CONTENT_TYPE_LATEST
+#: the fleet's own metrics, on its page only (``up`` has no fleet)
+FLEET_REGISTRY = CollectorRegistry(auto_describe=True)
 FLEET_RECORDS = Counter(
     "reports_fleet_records_total", "Records the fleet took from a cluster's topics, by"
-    " topic (changes, summaries).", ["cluster", "topic"], registry=REGISTRY)
+    " topic (changes, summaries).", ["cluster", "topic"], registry=FLEET_REGISTRY)
 FLEET_LAG_SECONDS = Histogram(
     "reports_fleet_lag_seconds", "From a change's commit in its cluster to its batch in"
-    " the fleet store.", ["cluster"], buckets=LATENCY, registry=REGISTRY)
+    " the fleet store.", ["cluster"], buckets=LATENCY, registry=FLEET_REGISTRY)
 FLEET_STALE = Gauge(
     "reports_fleet_source_stale", "1 while a cluster the fleet follows is unreachable or"
-    " needs a resync.", ["cluster"], registry=REGISTRY)
+    " needs a resync.", ["cluster"], registry=FLEET_REGISTRY)

@@ -140,7 +140,8 @@ def dashboard_shows(fleet: Up, failing: dict[str, int], browser: Any) -> None:
                  (rows.nth(i).locator("td").nth(1).inner_text(),
                   int(rows.nth(i).locator("td").nth(3).inner_text()))
                  for i in range(rows.count())}
-        assert shown == {c: ("following", n) for c, n in failing.items()}
+        assert shown == {c: ("following", n) for c, n in failing.items()}, (
+            page.content()[:3000] + "\n" + "".join(fleet.output[-40:]))
         assert int(page.locator("[data-fleet-last]").get_attribute("data-fleet-last")) == sum(
             failing.values())
         assert page.locator("#where-policies-fail tbody tr").count() > 0
