@@ -88,7 +88,7 @@ class Follower:
                 await self._set(RESYNC, str(err))
                 log.error("%s", err)
                 return
-            except (KafkaError, OSError, StoreError) as err:
+            except (KafkaError, OSError, StoreError, TimeoutError) as err:
                 if time.time() - self.last_contact > STALE_SECONDS or isinstance(err, StoreError):
                     await self._set(UNREACHABLE, f"{type(err).__name__}: {err}")
                 await self._pause()
@@ -142,8 +142,10 @@ class Follower:
                 self._contact()
                 await self._write(found)
             elif time.monotonic() - checked > CONTACT_SECONDS / 2:
-                # no records: is the source there at all?
-                await consumer.end_offsets(partitions)
+                # no records: is the source there at all? (bounded: after its
+                # broker came back, aiokafka's call could wait for good)
+                async with asyncio.timeout(STALE_SECONDS / 2):
+                    await consumer.end_offsets(partitions)
                 self._contact()
                 checked = time.monotonic()
 
