@@ -13,14 +13,13 @@ delivers at least once) is one row in the fleet's store all the same.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from launcher.broker.jars import MIRRORMAKER, BrokerError, default_cache, ensure_jars
-from launcher.broker.node import BrokerLayout, java_command, log4j_properties
+from launcher.broker.node import BrokerLayout, java_command, log4j_properties, terminate
 from pipeline.runtime.processes import die_with_parent
 
 log = logging.getLogger(__name__)
@@ -91,14 +90,4 @@ class MirrorMaker:
                 stdin=asyncio.subprocess.DEVNULL, preexec_fn=die_with_parent())
 
     async def stop(self, timeout: float = 30.0) -> None:
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            return
-        proc.terminate()
-        try:
-            async with asyncio.timeout(timeout):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            with contextlib.suppress(ProcessLookupError):
-                await proc.wait()
+        await terminate(self._proc, "MirrorMaker 2", timeout)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import socket
 import uuid
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from aiokafka.errors import KafkaError
 from launcher.broker.jars import BrokerError, java
 from pipeline.model.topics import MAX_MESSAGE_BYTES
 from pipeline.runtime.logs import quiet
+
+log = logging.getLogger(__name__)
 
 
 def free_port() -> int:
@@ -216,3 +219,18 @@ async def answers(bootstrap: str, brokers: int = 1) -> bool:
         finally:
             with contextlib.suppress(KafkaError, OSError):
                 await admin.close()
+
+
+async def terminate(proc: asyncio.subprocess.Process | None, what: str, timeout: float) -> None:
+    """SIGTERM ``proc`` (a Java process of ours, ``what`` for the log) and
+    wait ``timeout`` for it to end, then SIGKILL it."""
+    if proc is None or proc.returncode is not None:
+        return
+    proc.terminate()
+    try:
+        async with asyncio.timeout(timeout):
+            await proc.wait()
+    except TimeoutError:
+        log.warning("%s did not stop in %.0f s; killing it", what, timeout)
+        proc.kill()
+        await proc.wait()

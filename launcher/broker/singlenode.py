@@ -31,6 +31,7 @@ from launcher.broker.node import (
     log4j_properties,
     port_free,
     server_properties,
+    terminate,
 )
 from pipeline.runtime.processes import die_with_parent
 
@@ -129,16 +130,4 @@ class KafkaBroker:
         return text or "(no output)"
 
     async def stop(self, timeout: float = 30.0) -> None:
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            return
-        proc.terminate()
-        try:
-            async with asyncio.timeout(timeout):
-                await proc.wait()
-        except TimeoutError:
-            log.warning("the Kafka broker did not stop in %.0f s; killing it", timeout)
-            proc.kill()
-            await proc.wait()
-
-
+        await terminate(self._proc, "the Kafka broker", timeout)
