@@ -46,7 +46,7 @@ from pipeline.fleet import sources as fleet_sources
 from pipeline.fleet.follower import CONTACT_SECONDS, Follower
 from pipeline.fleet.sources import Source, SourceError
 from pipeline.fleet.writer import Writer
-from pipeline.kafka import clientconfig
+from pipeline.kafka import clientconfig, retries
 from pipeline.model.resources import RESOURCES
 from pipeline.observe import metrics
 from pipeline.settings import Settings
@@ -94,6 +94,9 @@ class Fleet:
         return fleet_sources.combined(self.options.sources, from_file)
 
     async def start(self) -> None:
+        # a source that is down is its state, not a log line per retry of its
+        # consumer: aiokafka's retries counted, told once a minute
+        retries.count_retries()
         await self.connection.start()
         self.writer.start()
         self.follow(self.wanted())

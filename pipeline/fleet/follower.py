@@ -63,11 +63,30 @@ class Follower:
         self.detail = ""
         self.last_contact = 0.0  # time.time() of the source's last answer
         self._backoff = 1.0
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fleet {self.source.name}")
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The follower ends only when stopped or told to resync; any other
+        end is a fault of its own: told, and it starts again."""
+        if self._stopping or self.state == RESYNC:
+            return
+        why = ("cancelled from within" if task.cancelled()
+               else repr(task.exception()) if task.exception() else "returned")
+        log.error("cluster %s: its follower ended (%s); starting it again in %.0f s",
+                  self.source.name, why, self._backoff)
+        asyncio.get_running_loop().call_later(self._backoff, self._restart)
+        self._backoff = min(self._backoff * 2, 10.0)
+
+    def _restart(self) -> None:
+        if not self._stopping:
+            self.start()
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -34,6 +34,8 @@ CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.002
 internals.set_concurrent_transactions_backoff(CONCURRENT_TRANSACTIONS_BACKOFF_S)
 # (uvloop) a write on a connection already closed fails as a broken connection
 internals.fail_closed_writes_as_broken_connections()
+# a consumer's stop() does not raise the cancellation of its own fetches
+internals.stop_consumers_without_their_fetches_cancellation()
 
 #: Where Kafka keeps consumer groups' offsets.
 OFFSETS_TOPIC = "__consumer_offsets"

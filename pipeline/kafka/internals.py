@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.conn import AIOKafkaConnection, CloseReason
+from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.producer import sender as aiokafka_sender
 from faust.types import AppT, ChannelT
@@ -59,6 +60,37 @@ def fail_closed_writes_as_broken_connections() -> None:
     called."""
     if not getattr(AIOKafkaConnection.send, "failing_as_broken", False):
         AIOKafkaConnection.send = _failing_as_broken(AIOKafkaConnection.send)
+
+
+def _closing_its_fetches_first(close: Callable[[Fetcher], Awaitable[None]]
+                               ) -> Callable[[Fetcher], Awaitable[None]]:
+    @functools.wraps(close)
+    async def closing(self: Fetcher) -> None:
+        # as close() begins: the routine that starts fetches ends first
+        self._fetch_task.cancel()
+        await asyncio.wait([self._fetch_task])
+        pending = list(self._pending_tasks)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)  # their own cancellation is not the caller's
+        self._pending_tasks.clear()
+        await close(self)
+    closing.closing_its_fetches_first = True  # type: ignore[attr-defined]
+    return closing
+
+
+def stop_consumers_without_their_fetches_cancellation() -> None:
+    """aiokafka's fetcher close, with the fetches still pending cancelled and
+    awaited first without raising their cancellation. aiokafka awaits each
+    one it cancels bare, and a fetch that failed (its broker gone) and waits
+    out its retry backoff ends in CancelledError: ``consumer.stop()`` raised
+    it to its caller (aio-libs/aiokafka#647), which took it for its own
+    cancellation. A fleet's follower ended so, for good, when its source's
+    broker was restarted. The caller's own cancellation still goes through.
+    Patched once, however often called."""
+    if not getattr(Fetcher.close, "closing_its_fetches_first", False):
+        Fetcher.close = _closing_its_fetches_first(Fetcher.close)  # type: ignore[method-assign]
 
 
 # -- aiokafka: a consumer someone else created

@@ -51,6 +51,23 @@ def test_aiokafka_still_fails_only_oserror_writes_as_broken_connections() -> Non
     assert "except OSError" in original and "RuntimeError" not in original
 
 
+def test_aiokafka_still_awaits_the_fetches_it_cancels_bare() -> None:
+    """The reason for the fetcher's close patch: were aiokafka to suppress
+    their cancellation itself (aio-libs/aiokafka#647), the patch could go."""
+    original = inspect.getsource(inspect.unwrap(Fetcher.close))
+    assert "x.cancel()\n            await x" in original
+
+
+def test_the_fetcher_close_is_patched_once_over_the_state_it_reads() -> None:
+    close = Fetcher.close
+    assert getattr(close, "closing_its_fetches_first", False)
+    internals.stop_consumers_without_their_fetches_cancellation()
+    assert Fetcher.close is close
+    source = inspect.getsource(Fetcher.__init__)
+    assert "self._pending_tasks = set()" in source
+    assert "self._fetch_task = create_task(" in source
+
+
 def test_the_connection_send_is_patched_once() -> None:
     send = AIOKafkaConnection.send
     assert getattr(send, "failing_as_broken", False)
