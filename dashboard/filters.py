@@ -333,15 +333,37 @@ def _severities(f: Filters) -> list[str]:
     return [f.severity] if f.severity else ["high", "critical"]
 
 
-def top_resources(f: Filters) -> Query:
-    where, params = _where(f, namespace="ns", cluster=None)
+@dataclass(frozen=True)
+class Current:
+    """Where a store keeps its current reports: a cluster's in ``reports``,
+    a fleet's in ``fleet_reports`` with the cluster in every row."""
+    table: str
+    cluster: str | None  # its cluster column; None: the store is one cluster's
+
+
+ONE_CLUSTER = Current("reports", None)
+FLEET = Current("fleet_reports", "cluster")
+
+
+def is_fleet() -> Query:
+    """Whether the store is a fleet's: it has followed a cluster."""
+    return "SELECT count() > 0 FROM fleet_sources", {}
+
+
+def top_resources(f: Filters, current: Current = ONE_CLUSTER) -> Query:
+    """The resources with the most failing results now; in a fleet, a
+    resource named alike in several clusters is one row, with its clusters."""
+    where, params = _where(f, namespace="ns", cluster=current.cluster)
+    clusters = (f", arrayStringConcat(arraySort(groupUniqArray({current.cluster})), ', ')"
+                " AS clusters" if current.cluster else "")
     return ("SELECT kind, ns, resource_name, count() AS failures,"
-            " arrayStringConcat(arraySort(groupUniqArray(policy)), ', ') AS policies"
-            " FROM reports FINAL ARRAY JOIN result_status AS status,"
+            " arrayStringConcat(arraySort(groupUniqArray(policy)), ', ') AS policies" + clusters +
+            f" FROM {current.table} FINAL ARRAY JOIN result_status AS status,"
             " result_severity AS severity, result_resource_kind AS kind,"
             " result_resource_namespace AS ns, result_resource_name AS resource_name,"
             " result_policy AS policy"
-            " WHERE status = 'fail' AND severity IN {severities:Array(String)}" + where +
+            " WHERE NOT deleted AND status = 'fail' AND severity IN {severities:Array(String)}"
+            + where +
             " GROUP BY kind, ns, resource_name"
             " ORDER BY failures DESC, ns, resource_name LIMIT {top:UInt32}"), {
                 **params, "severities": _severities(f), "top": f.top}
@@ -354,16 +376,17 @@ class Resource:
     name: str
 
 
-def resource_results(f: Filters, r: Resource) -> Query:
-    where, params = _where(f, namespace="ns", cluster=None)
-    return ("SELECT policy, rule, status, severity, name AS report"
-            " FROM reports FINAL ARRAY JOIN result_status AS status,"
+def resource_results(f: Filters, r: Resource, current: Current = ONE_CLUSTER) -> Query:
+    where, params = _where(f, namespace="ns", cluster=current.cluster)
+    cluster = f"{current.cluster}, " if current.cluster else ""
+    return (f"SELECT {cluster}policy, rule, status, severity, name AS report"
+            f" FROM {current.table} FINAL ARRAY JOIN result_status AS status,"
             " result_severity AS severity, result_resource_kind AS kind,"
             " result_resource_namespace AS ns, result_resource_name AS resource_name,"
             " result_policy AS policy, result_rule AS rule"
-            " WHERE kind = {kind:String} AND ns = {rns:String}"
+            " WHERE NOT deleted AND kind = {kind:String} AND ns = {rns:String}"
             " AND resource_name = {rname:String}" + where +
-            " ORDER BY status = 'fail' DESC, policy, rule LIMIT 1000"), {
+            f" ORDER BY status = 'fail' DESC, {cluster}policy, rule, report LIMIT 1000"), {
                 **params, "kind": r.kind, "rns": r.namespace, "rname": r.name}
 
 
@@ -380,14 +403,16 @@ def resource_history(f: Filters, r: Resource, span: Span) -> Query:
                 "end": span.end}
 
 
-def findings(f: Filters) -> Query:
-    where, params = _where(f, cluster=None)
-    return ("SELECT namespace, name AS report, policy, rule, resource_kind, resource_name,"
-            " score FROM reports FINAL ARRAY JOIN scored_policy AS policy,"
+def findings(f: Filters, current: Current = ONE_CLUSTER) -> Query:
+    where, params = _where(f, cluster=current.cluster)
+    cluster = f"{current.cluster}, " if current.cluster else ""
+    return (f"SELECT {cluster}namespace, name AS report, policy, rule, resource_kind,"
+            f" resource_name, score FROM {current.table} FINAL"
+            " ARRAY JOIN scored_policy AS policy,"
             " scored_rule AS rule, scored_resource_kind AS resource_kind,"
             " scored_resource_name AS resource_name, scored_score AS score"
-            " WHERE score >= {min_score:Float64}" + where +
-            " ORDER BY score DESC, namespace, report, rule LIMIT 500"), {
+            " WHERE NOT deleted AND score >= {min_score:Float64}" + where +
+            f" ORDER BY score DESC, {cluster}namespace, report, rule LIMIT 500"), {
                 **params, "min_score": f.min_score}
 
 

@@ -119,24 +119,38 @@ def _resource_link(f: Filters, r: Sequence[Any]) -> str:
                                       "rname": r[2]})
 
 
+async def _current(source: Source) -> filters.Current:
+    """Where the store keeps its current reports: a fleet's store is read as
+    a cluster's is, with its clusters."""
+    [[(fleet,)]] = await _ask(source, filters.is_fleet())
+    return filters.FLEET if fleet else filters.ONE_CLUSTER
+
+
+def _cluster_column(current: filters.Current) -> list[Column]:
+    return [Column("cluster", "cluster")] if current.cluster else []
+
+
 async def resources(source: Source, f: Filters, target: Resource | None,
                     now: float | None = None) -> str:
+    current = await _current(source)
     if target is None:
-        [rows] = await _ask(source, filters.top_resources(f))
+        [rows] = await _ask(source, filters.top_resources(f, current))
         severities = f.severity or "high or critical"
+        clusters = [Column("clusters", "clusters")] if current.cluster else []
         t = table("top-resources", "resources", f, [
             Column("kind", "kind"), Column("ns", "namespace"), Column("name", "name"),
-            Column("failures", f"{severities} failures", True), Column("policies", "policies")],
-            rows, links={2: lambda r: _resource_link(f, r)})
+            Column("failures", f"{severities} failures", True), Column("policies", "policies"),
+            *clusters], rows, links={2: lambda r: _resource_link(f, r)})
         return (f"<section><h2>Resources with the most {escape(severities)} failures now"
                 f"</h2>{t}</section>")
     span = Span.of(f, now)
-    current, history = await _ask(source, filters.resource_results(f, target),
+    results, history = await _ask(source, filters.resource_results(f, target, current),
                                   filters.resource_history(f, target, span))
     changes = series.changes(history, since=span.start)
     results_table = table("resource-results", "resources", f, [
-        Column("policy", "policy"), Column("rule", "rule"), Column("status", "result"),
-        Column("severity", "severity"), Column("report", "report")], current)
+        *_cluster_column(current), Column("policy", "policy"), Column("rule", "rule"),
+        Column("status", "result"), Column("severity", "severity"),
+        Column("report", "report")], results)
     change_table = table("resource-history", "resources", f, [
         Column("at", "when"), Column("policy", "policy"), Column("rule", "rule"),
         Column("report", "report"), Column("before", "from"), Column("after", "to")],
@@ -150,11 +164,13 @@ async def resources(source: Source, f: Filters, target: Resource | None,
 
 
 async def findings(source: Source, f: Filters) -> str:
-    [rows] = await _ask(source, filters.findings(f))
+    current = await _current(source)
+    [rows] = await _ask(source, filters.findings(f, current))
     t = table("findings", "findings", f, [
-        Column("namespace", "namespace"), Column("report", "report"),
-        Column("policy", "policy"), Column("rule", "rule"), Column("kind", "kind"),
-        Column("resource", "resource"), Column("score", "score", True)], rows)
+        *_cluster_column(current), Column("namespace", "namespace"),
+        Column("report", "report"), Column("policy", "policy"), Column("rule", "rule"),
+        Column("kind", "kind"), Column("resource", "resource"),
+        Column("score", "score", True)], rows)
     return (f"<section><h2>Results with a score of at least {f.min_score:g}"
             f" ({len(rows)}{'+' if len(rows) >= 500 else ''})</h2>{t}</section>")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from bench import questions
-from dashboard import views
+from dashboard import filters, views
 from dashboard.filters import Filters
 from kubeclient import target
 from launcher.fleet import Fleet, FleetOptions, resync
@@ -83,8 +84,10 @@ async def the_same(fleet: Fleet, clusters: dict[str, Any], *, history: bool = Tr
 async def traffic(running: Any, cluster: int, count: int) -> None:
     for i in range(count):
         ns = f"team-{i % 3}"
-        r = await running.client.post(collection_path(POLR, ns),
-                                      json=report(POLR, f"pod-{i}", ns, fail=(i + cluster) % 4))
+        body = report(POLR, f"pod-{i}", ns, fail=(i + cluster) % 4)
+        if i % 4 == 1:  # a score on its first result, as a scanner's reports carry
+            body["results"][0]["properties"] = {"score": f"{6 + i % 5}.5"}
+        r = await running.client.post(collection_path(POLR, ns), json=body)
         assert r.status_code == 201, r.text
     for i in range(0, count, 5):  # some Pods go away
         ns = f"team-{i % 3}"
@@ -165,6 +168,7 @@ async def documented_answers(fleet: Fleet, clusters: dict[str, Any]) -> None:
         return [list(r) for r in rows]
     assert {c: f for c, f in await ask("fleet-failing-now")} == failing
     await fleet_page(fleet, failing)
+    await resources_and_findings(fleet, clusters)
     assert {c: [n, f] for c, n, f in await ask("fleet-reports")} == reports
     top = await ask("fleet-top-policies")
     failing_policies = {p: v for p, v in by_policy.items() if sum(v.values())}
@@ -194,6 +198,41 @@ async def fleet_page(fleet: Fleet, failing: dict[str, int]) -> None:
                       r'<td class="n">(\d+)</td>', html)
     assert {c: (s, int(n)) for c, s, n in rows} == {
         c: ("following", n) for c, n in failing.items()}, html
+
+
+async def resources_and_findings(fleet: Fleet, clusters: dict[str, Any]) -> None:
+    """The dashboard's resources and findings over the fleet: what each
+    cluster's own store answers, with the cluster filter, and on the pages."""
+    source = FleetSource(fleet)
+    f = Filters(severity="medium", top=50, min_score=7.0)
+    for name, running in clusters.items():
+        async def own(query: tuple[str, dict[str, Any]], running: Any = running
+                      ) -> list[list[Any]]:
+            r = await running.client.post("/analytics/v1/query",
+                                          json={"query": query[0], "parameters": query[1]})
+            assert r.status_code == 200, r.text
+            return [list(row) for row in r.json()["rows"]]
+
+        async def in_fleet(query: tuple[str, dict[str, Any]]) -> list[list[Any]]:
+            _, rows = await source.query(*query)
+            return [list(row) for row in rows]
+        top = await own(filters.top_resources(f))
+        assert top and len(top) < 50
+        kept = replace(f, cluster=name)
+        assert [r[:5] for r in await in_fleet(filters.top_resources(kept, filters.FLEET))] == top
+        scored = await own(filters.findings(f))
+        assert scored
+        assert [r[1:] for r in await in_fleet(filters.findings(kept, filters.FLEET))] == scored
+        target = filters.Resource(*top[0][:3])
+        assert [r[1:] for r in await in_fleet(
+            filters.resource_results(kept, target, filters.FLEET))] == await own(
+                filters.resource_results(f, target))
+    html = await views.resources(source, f, None)
+    shown = re.findall(r'<tr><td>Pod</td><td>(team-\d)</td><td><a [^>]*>[^<]+</a></td>'
+                       r'<td class="n">(\d+)</td><td>[^<]*</td><td>([^<]*)</td></tr>', html)
+    assert shown and {c for _, _, cs in shown for c in cs.split(", ")} == set(clusters), html
+    html = await views.findings(source, Filters(min_score=7.0))
+    assert {c for c in re.findall(r"<tr><td>([a-z]+)</td><td>team-", html)} == set(clusters), html
 
 
 class FleetSource:
