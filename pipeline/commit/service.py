@@ -47,7 +47,7 @@ from pipeline.model.messages import Change, DecodeError, Reply, WriteRequest, ch
 from pipeline.model.objects import identity, object_key
 from pipeline.model.topics import PARTITION
 from pipeline.observe import metrics
-from pipeline.runtime.tasks import cancel
+from pipeline.runtime.tasks import cancel, cancelling
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,12 @@ class CommitService:
                             self._consumer.resume(self._tp)
                 failed = 0
             except asyncio.CancelledError:
-                raise
+                if cancelling():
+                    raise
+                log.error("committing a batch was cancelled from within, not by a stop;"
+                          " retrying from the last commit")
+                await asyncio.sleep(RETRY_SECONDS[0])
+                failed += 1
             except Fenced:
                 log.warning("another committer took over; this one stands down")
             except txnchecks.OpenTransaction as err:

@@ -25,6 +25,15 @@ async def cancel(task: asyncio.Task[Any] | None) -> None:
         raise error
 
 
+def cancelling() -> bool:
+    """Whether the current task was asked to end: a CancelledError caught
+    there is its own. One raised by a call while nobody cancelled the task
+    is a library's (aiokafka's consumer stop raised its own fetches',
+    aio-libs/aiokafka#647) and a fault like any other, not an end."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 #: How long a turn of background work lasts. A write waits for about a dozen
 #: turns of the event loop (its request, the committer's three Kafka round
 #: trips, each answer and the futures they resolve), and each of those waits

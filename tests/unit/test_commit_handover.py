@@ -49,3 +49,32 @@ async def test_a_writer_that_stopped_waiting_is_not_taken(service: CommitService
     assert first is not None and second is not None
     first.cancel()  # its writer's timeout
     assert [x.request.id for x in service._take_local(10)] == ["r1"]
+
+
+async def test_a_cancellation_a_call_raised_is_a_failed_batch_not_the_committers_end(
+        ) -> None:
+    """The committer goes on after a CancelledError that nobody's cancel
+    raised (aiokafka's consumer stop raised its own fetches', in a
+    take-over's read of the log: the committer ended, and every write with
+    it); a stop still ends it."""
+    svc = CommitService(Settings(), committer=None, bootstrap="127.0.0.1:9")  # type: ignore[arg-type]
+    svc._consumer = object()  # type: ignore[assignment]
+    calls = 0
+    again = asyncio.Event()
+
+    async def next_batch() -> list[object]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise asyncio.CancelledError
+        again.set()
+        await asyncio.Event().wait()
+        return []
+    svc._next = next_batch  # type: ignore[method-assign]
+    task = asyncio.create_task(svc._run())
+    async with asyncio.timeout(5):
+        await again.wait()
+    assert not task.done() and calls == 2
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from pipeline.runtime.tasks import cancel
+from pipeline.runtime.tasks import cancel, cancelling
 
 
 async def test_cancel_ends_the_task() -> None:
@@ -86,3 +86,30 @@ async def test_what_the_task_ended_with_is_raised() -> None:
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="could not clean up"):
         await cancel(task)
+
+
+async def test_cancelling_tells_a_stop_from_a_cancellation_a_call_raised() -> None:
+    async def stopping_a_consumer() -> None:
+        raise asyncio.CancelledError  # as aiokafka's consumer stop raised its fetches'
+
+    seen: list[bool] = []
+    waiting = asyncio.Event()
+
+    async def body() -> None:
+        try:
+            await stopping_a_consumer()
+        except asyncio.CancelledError:
+            seen.append(cancelling())
+        try:
+            waiting.set()
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append(cancelling())
+            raise
+
+    task = asyncio.create_task(body())
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == [False, True]
