@@ -66,7 +66,8 @@ def _closing_its_fetches_first(close: Callable[[Fetcher], Awaitable[None]]
                                ) -> Callable[[Fetcher], Awaitable[None]]:
     @functools.wraps(close)
     async def closing(self: Fetcher) -> None:
-        # as close() begins: the routine that starts fetches ends first
+        # as close() begins: closed, and the routine that starts fetches ended
+        self._closed = True
         self._fetch_task.cancel()
         await asyncio.wait([self._fetch_task])
         pending = list(self._pending_tasks)

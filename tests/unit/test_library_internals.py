@@ -66,6 +66,7 @@ def test_the_fetcher_close_is_patched_once_over_the_state_it_reads() -> None:
     source = inspect.getsource(Fetcher.__init__)
     assert "self._pending_tasks = set()" in source
     assert "self._fetch_task = create_task(" in source
+    assert "self._closed = True" in inspect.getsource(inspect.unwrap(close))
 
 
 def test_the_connection_send_is_patched_once() -> None:
