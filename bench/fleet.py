@@ -86,7 +86,10 @@ async def live(options: Options, work: Path, report: Report, progress: Progress)
         process = psutil.Process(fleet.pid)
         async with Client(fleet.kubeconfig) as fleet_api:
             started = datetime.now(UTC)
-            taken_before = _changes_taken(await fleet_api.text("/metrics"))
+            page = await fleet_api.text("/metrics")
+            taken_before = _changes_taken(page)
+            writes_before = (_sample(page, "reports_fleet_write_seconds_count"),
+                             _sample(page, "reports_fleet_write_seconds_sum"))
             cpu_before = _cpu(process)
             rss: list[int] = []
             sampling = asyncio.create_task(_sample_rss(process, rss))
@@ -98,21 +101,32 @@ async def live(options: Options, work: Path, report: Report, progress: Progress)
             await _caught_up(fleet_api, systems, progress)
             sampling.cancel()
             cpu = _cpu(process) - cpu_before
-            taken = _changes_taken(await fleet_api.text("/metrics")) - taken_before
-            # one row per change with results (every row of a change has its
-            # commit time and the time the fleet wrote it); no row replaces another's
-            rows = await _ask(fleet_api, (
-                "SELECT count(), quantiles(0.5, 0.99)(lag) FROM (SELECT"
-                " any(dateDiff('millisecond', committed, written)) AS lag FROM results"
-                " WHERE written >= {since:DateTime64(3)}"
-                " GROUP BY cluster, resource, namespace, report, resource_version)"),
-                since=started.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3])
+            page = await fleet_api.text("/metrics")
+            taken = _changes_taken(page) - taken_before
+            writes_count = _sample(page, "reports_fleet_write_seconds_count") - writes_before[0]
+            writes_time = _sample(page, "reports_fleet_write_seconds_sum") - writes_before[1]
+            since = started.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+            rows = await _ask(fleet_api, LAG, since=since)
+            own = []  # each cluster's own store's lag behind its log, the same way
+            for system in systems:
+                async with Client(system.kubeconfig) as api:
+                    own.append((await _ask(api, LAG, since=since))[0][1])
         changes, (p50, p99) = int(rows[0][0]), rows[0][1]
         rate = writes / options.seconds
         note = (f"{changes} changes with results of {options.clusters} clusters, {rate:.0f}"
                 " writes/s together; from each change's commit to its rows in the fleet")
         report.add("fleet lag p50", p50, "ms", note=note)
         report.add("fleet lag p99", p99, "ms", ("<=", 2000), note)
+        report.add("clusters' own lag p50, worst", max(o[0] for o in own), "ms",
+                   note="each cluster's materializer, from a change's commit to its rows"
+                        " in the cluster's own store, measured as the fleet's; the worst"
+                        f" of the {options.clusters}")
+        report.add("clusters' own lag p99, worst", max(o[1] for o in own), "ms",
+                   note="the same, p99")
+        report.add("fleet write, mean", writes_time / max(1, writes_count) * 1000, "ms",
+                   note=f"{writes_count:.0f} writes of every follower's batches (an insert"
+                        " per table, then the positions); a change waits for the one in"
+                        " progress and its own")
         report.add("fleet CPU per change", cpu / max(1, taken) * 1e6, "us",
                    note=f"the fleet process's user and system time over the {taken} changes"
                         " it took (deletions and summaries' records included in its time)")
@@ -121,6 +135,21 @@ async def live(options: Options, work: Path, report: Report, progress: Progress)
     finally:
         for s in ([fleet] if fleet else []) + systems:
             await s.stop()
+
+
+#: a store's lag behind the change logs it takes: one row per change with
+#: results (every row of a change has its commit time and the time the store
+#: wrote it; no row replaces another's), the changes written since ``since``
+LAG = ("SELECT count(), quantiles(0.5, 0.99)(lag) FROM (SELECT"
+       " any(dateDiff('millisecond', committed, written)) AS lag FROM results"
+       " WHERE written >= {since:DateTime64(3)}"
+       " GROUP BY cluster, resource, namespace, report, resource_version)")
+
+
+def _sample(page: str, name: str) -> float:
+    """One unlabelled sample of a /metrics page (0 when absent)."""
+    return next((float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
+                 if line.startswith(name + " ")), 0.0)
 
 
 def _changes_taken(page: str) -> int:

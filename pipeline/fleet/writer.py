@@ -17,6 +17,7 @@ import time
 
 from pipeline.clickhouse.fleet import FleetStore
 from pipeline.clickhouse.fleetrows import Batch
+from pipeline.observe import metrics
 
 #: the longest a batch waits for others to be written with
 FLUSH_SECONDS = 0.5
@@ -64,7 +65,8 @@ class Writer:
                 together.add(batch)
             last = time.monotonic()
             try:
-                await self._store.write(together)
+                with metrics.FLEET_WRITE_SECONDS.time():
+                    await self._store.write(together)
             except Exception as err:  # noqa: BLE001 - each follower decides what to do
                 for _, done in taken:
                     if not done.done():

@@ -133,6 +133,10 @@ FLEET_RECORDS = Counter(
 FLEET_LAG_SECONDS = Histogram(
     "reports_fleet_lag_seconds", "From a change's commit in its cluster to its batch in"
     " the fleet store.", ["cluster"], buckets=LATENCY, registry=FLEET_REGISTRY)
+FLEET_WRITE_SECONDS = Histogram(
+    "reports_fleet_write_seconds", "How long one write of the fleet's batches (every"
+    " follower's, one insert per table, then their positions) took.", buckets=LATENCY,
+    registry=FLEET_REGISTRY)
 FLEET_STALE = Gauge(
     "reports_fleet_source_stale", "1 while a cluster the fleet follows is unreachable or"
     " needs a resync.", ["cluster"], registry=FLEET_REGISTRY)
