@@ -107,6 +107,13 @@ class _Local:
     at: float
 
 
+async def _pause_after(failed: int) -> None:
+    """Before the batch after ``failed`` failed ones in a row: at once the
+    first time (a failed batch usually waited out a leader election, which is
+    over), then less and less often."""
+    await asyncio.sleep(min(RETRY_SECONDS[-1], RETRY_SECONDS[0] * 2 ** failed))
+
+
 class _Ownership(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, service: CommitService):
         self._service = service
@@ -316,7 +323,7 @@ class CommitService:
                     raise
                 log.error("committing a batch was cancelled from within, not by a stop;"
                           " retrying from the last commit")
-                await asyncio.sleep(RETRY_SECONDS[0])
+                await _pause_after(failed)
                 failed += 1
             except Fenced:
                 log.warning("another committer took over; this one stands down")
@@ -328,9 +335,7 @@ class CommitService:
                                 err)
                 else:
                     log.exception("committing a batch failed; retrying from the last commit")
-                # at once the first time (a failed batch usually waited out a
-                # leader election, which is over), then less and less often
-                await asyncio.sleep(min(RETRY_SECONDS[-1], RETRY_SECONDS[0] * 2 ** failed))
+                await _pause_after(failed)
                 failed += 1
 
     async def _next(self) -> list[Any]:
