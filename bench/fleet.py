@@ -146,17 +146,16 @@ LAG = ("SELECT count(), quantiles(0.5, 0.99)(lag) FROM (SELECT"
        " GROUP BY cluster, resource, namespace, report, resource_version)")
 
 
-def _sample(page: str, name: str) -> float:
-    """One unlabelled sample of a /metrics page (0 when absent)."""
-    return next((float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
-                 if line.startswith(name + " ")), 0.0)
+def _sample(page: str, name: str, labelled: str = "") -> float:
+    """The sum of a /metrics page's samples of ``name`` (with ``labelled``
+    among their labels, when given); 0 when there is none."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
+               if line.startswith((name + " ", name + "{")) and labelled in line)
 
 
 def _changes_taken(page: str) -> int:
     """Change-log records the fleet took, from its /metrics page."""
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
-                   if line.startswith("reports_fleet_records_total{")
-                   and 'topic="changes"' in line))
+    return int(_sample(page, "reports_fleet_records_total", 'topic="changes"'))
 
 
 def _bootstrap(system: RunningSystem) -> str:
