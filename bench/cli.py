@@ -138,6 +138,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                              " --fleet-simulated-reports reports each (--quick: smaller)")
     parser.add_argument("--fleet-clusters", type=int, default=fleet.clusters, metavar="N",
                         help="with --fleet: live clusters")
+    parser.add_argument("--fleet-rate", type=float, default=fleet.rate, metavar="N",
+                        help="with --fleet: steps/s offered to each cluster in the open-loop"
+                             " phase before the closed-loop one (0: none)")
     parser.add_argument("--fleet-simulated", type=int, default=fleet.simulated_clusters,
                         metavar="N", help="with --fleet: simulated clusters")
     parser.add_argument("--fleet-simulated-reports", type=int,
@@ -236,7 +239,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
 
 def _bench_fleet(args: argparse.Namespace) -> int:
     """``bench --fleet``: the fleet's figures."""
-    options = FleetOptions(clusters=args.fleet_clusters,
+    options = FleetOptions(clusters=args.fleet_clusters, rate=args.fleet_rate,
                            simulated_clusters=args.fleet_simulated,
                            simulated_reports=args.fleet_simulated_reports)
     if args.quick:

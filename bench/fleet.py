@@ -3,10 +3,15 @@ questions over many simulated ones.
 
 - **Live**: ``clusters`` fresh ``up`` systems (each its own embedded broker)
   under the workload's Kyverno-shaped writes at once, and one
-  ``reports-pipeline fleet`` following them. The fleet's lag is each change's
-  time from its commit in its cluster (its record's time) to its row in the
-  fleet store (``fleet_reports.written``), over every change of the phase;
-  its CPU per change and RSS are read from its process.
+  ``reports-pipeline fleet`` following them; two phases, each until the fleet
+  has caught up: ``rate`` steps/s offered to each cluster (an open loop,
+  below what the shared cores take), then ``clients`` closed-loop clients
+  per cluster (as many writes as the machine takes). The fleet's lag is
+  each change's time from its commit in its cluster (its record's time) to
+  its rows in the fleet store (``results.written``), over every change
+  committed in the phase, beside each cluster's own store's lag measured
+  the same way; the fleet's CPU per change and RSS are read from its
+  process.
 - **Simulated**: ``simulated_clusters`` x ``simulated_reports`` reports
   written into a fresh fleet store through the fleet's own path
   (``fleetrows`` and ``FleetStore``) from records in the committer's format
@@ -21,7 +26,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,7 +38,7 @@ import psutil
 from bench.client import Client
 from bench.figures import Report
 from bench.questions import FLEET
-from bench.traffic import Driver, closed_loop
+from bench.traffic import Driver, closed_loop, open_loop
 from bench.upprocess import RunningSystem
 from bench.workload import Mix, resources
 from pipeline.aggregate import counts as aggregate
@@ -53,6 +58,9 @@ class Options:
     clusters: int = 3
     #: writers per cluster
     clients: int = 8
+    #: steps/s offered to each cluster in the open-loop phase, below what the
+    #: machine's cores take with every cluster and the fleet on them (0: none)
+    rate: float = 15.0
     seconds: float = 60.0
     resources: int = 300
     namespaces: int = 10
@@ -84,65 +92,90 @@ async def live(options: Options, work: Path, report: Report, progress: Progress)
         fleet = RunningSystem(work / "fleet", command=("fleet", "--config", str(config)))
         await fleet.start()
         process = psutil.Process(fleet.pid)
+        pools = [resources(options.resources, options.namespaces, prefix=f"fleet-{i}",
+                           rng=random.Random(i)) for i in range(options.clusters)]
         async with Client(fleet.kubeconfig) as fleet_api:
-            started = datetime.now(UTC)
-            page = await fleet_api.text("/metrics")
-            taken_before = _changes_taken(page)
-            writes_before = (_sample(page, "reports_fleet_write_seconds_count"),
-                             _sample(page, "reports_fleet_write_seconds_sum"))
-            cpu_before = _cpu(process)
-            rss: list[int] = []
-            sampling = asyncio.create_task(_sample_rss(process, rss))
+            await asyncio.gather(*(_seed(s, options, pool)
+                                   for s, pool in zip(systems, pools, strict=True)))
+            if options.rate:
+                progress(f"fleet: {options.clusters} clusters x {options.rate:g} steps/s"
+                         f" offered, {options.seconds:g} s")
+                await _phase(f"{options.rate:g} steps/s offered per cluster (open loop)",
+                             "", systems, pools, options, fleet_api, process, report, progress)
             progress(f"fleet: {options.clusters} clusters x {options.clients} clients,"
                      f" {options.seconds:g} s")
-            runs = await asyncio.gather(*(
-                _traffic(s, options, i) for i, s in enumerate(systems)))
-            writes = sum(len(r.writes()) for r in runs)
-            await _caught_up(fleet_api, systems, progress)
-            sampling.cancel()
-            cpu = _cpu(process) - cpu_before
-            page = await fleet_api.text("/metrics")
-            taken = _changes_taken(page) - taken_before
-            writes_count = _sample(page, "reports_fleet_write_seconds_count") - writes_before[0]
-            writes_time = _sample(page, "reports_fleet_write_seconds_sum") - writes_before[1]
-            since = started.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-            rows = await _ask(fleet_api, LAG, since=since)
-            own = []  # each cluster's own store's lag behind its log, the same way
-            for system in systems:
-                async with Client(system.kubeconfig) as api:
-                    own.append((await _ask(api, LAG, since=since))[0][1])
-        changes, (p50, p99) = int(rows[0][0]), rows[0][1]
-        rate = writes / options.seconds
-        note = (f"{changes} changes with results of {options.clusters} clusters, {rate:.0f}"
-                " writes/s together; from each change's commit to its rows in the fleet")
-        report.add("fleet lag p50", p50, "ms", note=note)
-        report.add("fleet lag p99", p99, "ms", ("<=", 2000), note)
-        report.add("clusters' own lag p50, worst", max(o[0] for o in own), "ms",
-                   note="each cluster's materializer, from a change's commit to its rows"
-                        " in the cluster's own store, measured as the fleet's; the worst"
-                        f" of the {options.clusters}")
-        report.add("clusters' own lag p99, worst", max(o[1] for o in own), "ms",
-                   note="the same, p99")
-        report.add("fleet write, mean", writes_time / max(1, writes_count) * 1000, "ms",
-                   note=f"{writes_count:.0f} writes of every follower's batches (an insert"
-                        " per table, then the positions); a change waits for the one in"
-                        " progress and its own")
-        report.add("fleet CPU per change", cpu / max(1, taken) * 1e6, "us",
-                   note=f"the fleet process's user and system time over the {taken} changes"
-                        " it took (deletions and summaries' records included in its time)")
-        report.add("fleet RSS, most", max(rss, default=0) / 2**20, "MiB", ("<=", 1024),
-                   "sampled every second during the phase")
+            await _phase(f"{options.clients} clients per cluster (closed loop)", ", busiest",
+                         systems, pools, replace(options, rate=0), fleet_api, process, report,
+                         progress)
     finally:
         for s in ([fleet] if fleet else []) + systems:
             await s.stop()
 
 
+async def _phase(load: str, suffix: str, systems: list[RunningSystem],
+                 pools: list[list[Any]], options: Options, fleet_api: Client,
+                 process: psutil.Process, report: Report, progress: Progress) -> None:
+    """One load on every cluster at once (open loop at ``options.rate``, else
+    closed), until the fleet has caught up; its figures named with ``suffix``."""
+    started = datetime.now(UTC)
+    page = await fleet_api.text("/metrics")
+    taken_before = _changes_taken(page)
+    writes_before = (_sample(page, "reports_fleet_write_seconds_count"),
+                     _sample(page, "reports_fleet_write_seconds_sum"))
+    cpu_before = _cpu(process)
+    rss: list[int] = []
+    sampling = asyncio.create_task(_sample_rss(process, rss))
+    runs = await asyncio.gather(*(_traffic(s, options, pool, i)
+                                  for i, (s, pool) in enumerate(zip(systems, pools, strict=True))))
+    ended = datetime.now(UTC)
+    writes = sum(len(r.writes()) for r in runs)
+    await _caught_up(fleet_api, systems, progress)
+    sampling.cancel()
+    cpu = _cpu(process) - cpu_before
+    page = await fleet_api.text("/metrics")
+    taken = _changes_taken(page) - taken_before
+    writes_count = _sample(page, "reports_fleet_write_seconds_count") - writes_before[0]
+    writes_time = _sample(page, "reports_fleet_write_seconds_sum") - writes_before[1]
+    window = {"since": _stamp(started), "until": _stamp(ended)}
+    rows = await _ask(fleet_api, LAG, **window)
+    own = []  # each cluster's own store's lag behind its log, the same way
+    for system in systems:
+        async with Client(system.kubeconfig) as api:
+            own.append((await _ask(api, LAG, **window))[0][1])
+    changes, (p50, p99) = int(rows[0][0]), rows[0][1]
+    rate = writes / options.seconds
+    note = (f"{load}: {changes} changes with results of {len(systems)} clusters, {rate:.0f}"
+            " writes/s together; from each change's commit to its rows in the fleet")
+    report.add(f"fleet lag p50{suffix}", p50, "ms", note=note)
+    report.add(f"fleet lag p99{suffix}", p99, "ms", ("<=", 2000), note)
+    report.add(f"clusters' own lag p50, worst{suffix}", max(o[0] for o in own), "ms",
+               note="each cluster's materializer, from a change's commit to its rows"
+                    " in the cluster's own store, measured as the fleet's; the worst"
+                    f" of the {len(systems)}")
+    report.add(f"clusters' own lag p99, worst{suffix}", max(o[1] for o in own), "ms",
+               note="the same, p99")
+    report.add(f"fleet write, mean{suffix}", writes_time / max(1, writes_count) * 1000, "ms",
+               note=f"{writes_count:.0f} writes of every follower's batches (an insert"
+                    " per table, then the positions); a change waits for the one in"
+                    " progress and its own")
+    report.add(f"fleet CPU per change{suffix}", cpu / max(1, taken) * 1e6, "us",
+               note=f"the fleet process's user and system time over the {taken} changes"
+                    " it took (deletions and summaries' records included in its time)")
+    report.add(f"fleet RSS, most{suffix}", max(rss, default=0) / 2**20, "MiB", ("<=", 1024),
+               "sampled every second during the phase")
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
 #: a store's lag behind the change logs it takes: one row per change with
 #: results (every row of a change has its commit time and the time the store
-#: wrote it; no row replaces another's), the changes written since ``since``
+#: wrote it; no row replaces another's), the changes committed from ``since``
+#: until ``until``
 LAG = ("SELECT count(), quantiles(0.5, 0.99)(lag) FROM (SELECT"
        " any(dateDiff('millisecond', committed, written)) AS lag FROM results"
-       " WHERE written >= {since:DateTime64(3)}"
+       " WHERE committed >= {since:DateTime64(3)} AND committed < {until:DateTime64(3)}"
        " GROUP BY cluster, resource, namespace, report, resource_version)")
 
 
@@ -174,12 +207,23 @@ async def _sample_rss(process: psutil.Process, into: list[int]) -> None:
         await asyncio.sleep(1)
 
 
-async def _traffic(system: RunningSystem, options: Options, seed: int) -> Any:
-    rng = random.Random(seed)
-    pool = resources(options.resources, options.namespaces, prefix=f"fleet-{seed}", rng=rng)
+async def _seed(system: RunningSystem, options: Options, pool: list[Any]) -> None:
+    """Each resource's PolicyReport created once."""
     async with Client(system.kubeconfig, connections=options.clients + 4) as client:
-        driver = Driver(client, Mix.parse(options.mix), rng)
+        driver = Driver(client, Mix.parse(options.mix), random.Random(0))
         await closed_loop(driver, pool, concurrency=options.clients, seed=True)
+
+
+async def _traffic(system: RunningSystem, options: Options, pool: list[Any], seed: int
+                   ) -> Any:
+    """The mix on ``pool``: open loop at ``options.rate`` steps/s, else closed
+    with ``options.clients``."""
+    rng = random.Random(seed)
+    connections = options.clients + 4 if not options.rate else int(options.rate) + 8
+    async with Client(system.kubeconfig, connections=connections) as client:
+        driver = Driver(client, Mix.parse(options.mix), rng)
+        if options.rate:
+            return await open_loop(driver, pool, rate=options.rate, duration=options.seconds)
         return await closed_loop(driver, pool, concurrency=options.clients,
                                  duration=options.seconds)
 

@@ -205,9 +205,10 @@ def test_scale_run_prints_a_row_per_size(tmp_path: Path) -> None:
 
 
 def test_fleet_run_measures_the_lag_and_the_questions(tmp_path: Path) -> None:
-    """``bench --fleet`` small: two live clusters under load followed by a
-    fleet (its lag over every change of the phase, its CPU and memory), and
-    docs/fleet.md's questions over simulated clusters."""
+    """``bench --fleet`` small: two live clusters followed by a fleet, under an
+    offered rate and then closed loops (its lag over every change of each
+    phase, its CPU and memory), and docs/fleet.md's questions over simulated
+    clusters."""
     output = tmp_path / "fleet.json"
     done = subprocess.run(
         [str(BIN / "reports-pipeline"), "bench", "--fleet", "--quick", "--fleet-clusters", "2",
@@ -215,10 +216,13 @@ def test_fleet_run_measures_the_lag_and_the_questions(tmp_path: Path) -> None:
          "--output", str(output)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = {f["name"]: f for f in json.loads(output.read_text())["figures"]}
-    assert figures["fleet lag p99"]["value"] >= figures["fleet lag p50"]["value"] > 0
-    assert "changes with results of 2 clusters" in figures["fleet lag p99"]["note"]
-    assert figures["fleet CPU per change"]["value"] > 0
-    assert figures["fleet RSS, most"]["value"] > 0
+    for phase, load in (("", "steps/s offered per cluster"), (", busiest", "clients per cluster")):
+        lag = figures[f"fleet lag p99{phase}"]
+        assert lag["value"] >= figures[f"fleet lag p50{phase}"]["value"] > 0
+        assert load in lag["note"] and "changes with results of 2 clusters" in lag["note"]
+        assert figures[f"clusters' own lag p99, worst{phase}"]["value"] > 0
+        assert figures[f"fleet CPU per change{phase}"]["value"] > 0
+        assert figures[f"fleet RSS, most{phase}"]["value"] > 0
     asked = {n for n in figures if n.startswith("fleet question ")}
     assert asked == {f"fleet question {q}" for q in questions.FLEET}
     assert all(figures[n]["value"] > 0 for n in asked)
