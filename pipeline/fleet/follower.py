@@ -3,9 +3,11 @@
 A consumer of the source's Kafka (``read_committed``, no group: the fleet's
 positions are kept in ClickHouse with the rows, not in the source's Kafka,
 which the fleet may only read) takes its change log and summaries from the
-positions the store holds, a batch at a time, and writes each batch with
-the positions it ends at. After a crash or a SIGKILL it starts again from
-those positions: what it takes twice collapses into the same rows.
+positions the store holds and hands each batch it fetches to the fleet's
+writer, which stores it with the positions it ends at (``writer``), while
+the follower fetches the next. After a crash or a SIGKILL, or a batch not
+stored, it starts again from the stored positions: what it takes twice
+collapses into the same rows.
 
 Its state, recorded in the store (``fleet_sources``) whenever it changes and
 while it follows: ``following``; ``unreachable`` (the source's Kafka has not
@@ -32,7 +34,7 @@ from pipeline.clickhouse import fleetrows
 from pipeline.clickhouse.connection import StoreError
 from pipeline.clickhouse.fleet import FleetStore, SourceState
 from pipeline.fleet.sources import Source
-from pipeline.fleet.writer import Writer
+from pipeline.fleet.writer import Lane, Writer
 from pipeline.kafka import clientconfig
 from pipeline.observe import metrics
 from pipeline.runtime.logs import quiet
@@ -44,9 +46,11 @@ FOLLOWING, UNREACHABLE, RESYNC = "following", "unreachable", "resync"
 STALE_SECONDS = 15.0
 #: how often a following source's contact is recorded
 CONTACT_SECONDS = 10.0
-#: the longest a fetch waits for records; the batch then written
+#: the longest a fetch waits for records; the batch then handed to the writer
 FETCH_WAIT_MS = 500
-MOST_RECORDS = 2000
+#: the most records a fetch takes; a follower holding as many not yet
+#: stored waits for a write before it fetches again
+MOST_RECORDS = 1000
 
 
 class RetentionPassed(Exception):
@@ -155,21 +159,31 @@ class Follower:
         self._backoff = 1.0
         await self._set(FOLLOWING, "")
         checked = time.monotonic()
-        while True:
-            found = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=MOST_RECORDS)
-            if found:
-                self._contact()
-                await self._write(found)
-            elif time.monotonic() - checked > CONTACT_SECONDS / 2:
-                # no records: is the source there at all? (bounded: after its
-                # broker came back, aiokafka's call could wait for good)
-                async with asyncio.timeout(STALE_SECONDS / 2):
-                    await consumer.end_offsets(partitions)
-                self._contact()
-                checked = time.monotonic()
+        # batches are handed to the writer from these positions on; one not
+        # stored ends the lane, and this follower starts again from the store
+        lane = self._writer.lane(self.source.name)
+        try:
+            while True:
+                await lane.room(MOST_RECORDS)
+                found = await consumer.getmany(timeout_ms=FETCH_WAIT_MS,
+                                               max_records=MOST_RECORDS)
+                lane.check()
+                if found:
+                    self._contact()
+                    self._hand(lane, found)
+                elif time.monotonic() - checked > CONTACT_SECONDS / 2:
+                    # no records: is the source there at all? (bounded: after its
+                    # broker came back, aiokafka's call could wait for good)
+                    async with asyncio.timeout(STALE_SECONDS / 2):
+                        await consumer.end_offsets(partitions)
+                    self._contact()
+                    checked = time.monotonic()
+        finally:
+            self._writer.drop(lane)
 
-    async def _write(self, found: dict[Any, list[Any]]) -> None:
+    def _hand(self, lane: Lane, found: dict[Any, list[Any]]) -> None:
         batch = fleetrows.Batch()
+        records = 0
         for tp, taken in found.items():
             if not taken:
                 continue
@@ -182,13 +196,11 @@ class Follower:
             batch.positions[(self.source.name, tp.topic, tp.partition)] = (
                 taken[-1].offset, datetime.fromtimestamp(taken[-1].timestamp / 1000, UTC))
             metrics.FLEET_RECORDS.labels(self.source.name, kind).inc(len(taken))
+            records += len(taken)
         if batch.undecodable:
             log.warning("cluster %s: %d records skipped: not what their topic holds",
                         self.source.name, batch.undecodable)
-        await self._writer.write(batch)
-        if batch.last_change is not None:
-            metrics.FLEET_LAG_SECONDS.labels(self.source.name).observe(
-                max(0.0, time.time() - batch.last_change.timestamp()))
+        self._writer.hand(lane, batch, records)
 
     def _contact(self) -> None:
         self.last_contact = time.time()
