@@ -3,7 +3,8 @@ end at, the positions it resumes from, and each source's state."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -53,14 +54,16 @@ class FleetStore:
     async def write(self, batch: Batch) -> None:
         """A batch's rows, then the positions it ends at. Safe to repeat: a
         batch written twice collapses into the same rows (each has its
-        version), so a crash between the two leaves nothing counted twice."""
-        def insert(client: Client) -> None:
-            if batch.reports:
-                client.raw_insert("fleet_reports", FLEET_REPORT_COLUMNS,
-                                  rows.encode(batch.reports), fmt=rows.FORMAT)
-            if batch.results:
-                client.raw_insert("results", rows.RESULT_COLUMNS, rows.encode(batch.results),
-                                  fmt=rows.FORMAT)
+        version), so a crash between the two leaves nothing counted twice.
+        The reports, the results and the trend tables are inserted at once
+        (each on a thread and client of its own); the positions once all of
+        them are stored."""
+        def raw(table: str, columns: Sequence[str], found: list[rows.Row]
+                ) -> Callable[[Client], object]:
+            return lambda client: client.raw_insert(table, columns, rows.encode(found),
+                                                    fmt=rows.FORMAT)
+
+        def trends(client: Client) -> None:
             for table, columns, found in (("policy_counts", POLICY_COUNT_COLUMNS, batch.counts),
                                           ("policy_windows", POLICY_WINDOW_COLUMNS,
                                            batch.windows),
@@ -68,8 +71,18 @@ class FleetStore:
                                            batch.totals)):
                 if found:
                     client.insert(table, found, column_names=columns)
-            self._insert_positions(client, batch.positions)
-        await self._connection.run(insert, operation="write")
+        inserts: list[Callable[[Client], object]] = [trends]
+        if batch.reports:
+            inserts.append(raw("fleet_reports", FLEET_REPORT_COLUMNS, batch.reports))
+        if batch.results:
+            inserts.append(raw("results", rows.RESULT_COLUMNS, batch.results))
+        done = await asyncio.gather(*(self._connection.run(i, operation="write")
+                                      for i in inserts), return_exceptions=True)
+        for outcome in done:  # every insert over, stored or not, before one is told
+            if isinstance(outcome, BaseException):
+                raise outcome
+        await self._connection.run(lambda client: self._insert_positions(client, batch.positions),
+                                   operation="write")
 
     async def set_positions(self, cluster: str, ends: Mapping[Position, int]) -> None:
         """Move ``cluster``'s positions (a resync starts its log again)."""
