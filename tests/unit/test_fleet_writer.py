@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.clickhouse.fleet import FleetStore
 from pipeline.clickhouse.fleetrows import Batch
-from pipeline.fleet.writer import Writer
+from pipeline.fleet.writer import Lane, Writer
 
 AT = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -38,15 +38,21 @@ def batch(cluster: str, offset: int) -> Batch:
     return b
 
 
+async def first_write_held(store: Store, writer: Writer, lane: Lane) -> None:
+    """The lane's first batch handed in (a quiet spell: written at once), and
+    its write begun but held until ``store.go_on`` is set."""
+    store.go_on.clear()
+    writer.hand(lane, batch(lane.name, 1), 1)
+    await store.started.wait()
+
+
 async def test_batches_handed_in_during_a_write_are_the_next_write() -> None:
     store = Store()
     writer = Writer(cast(FleetStore, store), interval=0.05)
     a, b = writer.lane("a"), writer.lane("b")
     writer.start()
     try:
-        store.go_on.clear()
-        writer.hand(a, batch("a", 1), 1)  # a quiet spell: written at once
-        await store.started.wait()
+        await first_write_held(store, writer, a)
         writer.hand(a, batch("a", 2), 1)  # fetched while the write goes on
         writer.hand(b, batch("b", 7), 1)
         writer.hand(a, batch("a", 3), 1)
@@ -89,9 +95,7 @@ async def test_nothing_of_a_lane_is_stored_after_its_failed_batch() -> None:
     a, b = writer.lane("a"), writer.lane("b")
     writer.start()
     try:
-        store.go_on.clear()
-        writer.hand(a, batch("a", 1), 1)
-        await store.started.wait()
+        await first_write_held(store, writer, a)
         writer.hand(a, batch("a", 2), 1)  # after the failing one
         store.fail = OSError("disk full")
         store.go_on.set()
