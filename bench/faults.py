@@ -35,13 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from bench.client import Client
-from bench.figures import Report, percentile
+from bench.figures import Report, percentile, sampled
+from bench.soak import cpu_seconds
 from bench.traffic import Driver, Run, closed_loop
 from bench.upprocess import RunningSystem
 from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
@@ -71,6 +73,7 @@ class Brokers(Protocol):
     async def stop_node(self, node_id: int) -> None: ...
     def active_controller(self) -> int: ...
     def serving(self, node_id: int) -> bool: ...
+    def pids(self) -> list[int]: ...
 
 
 # -- what clients were told --------------------------------------------------
@@ -756,7 +759,8 @@ async def run(brokers: Brokers, data_dir: Path, names: list[str], *, clients: in
     embedded = RunningSystem(data_dir.with_name(data_dir.name + "-embedded"))
     await embedded.start()
     try:
-        alone = await throughput(embedded.kubeconfig, clients=clients, seconds=seconds)
+        alone = await throughput(embedded.kubeconfig, clients=clients, seconds=seconds,
+                                 cpu=cpu_of(embedded.pid))
     finally:
         await embedded.stop()
     env = {"KAFKA_BOOTSTRAP": brokers.bootstrap}
@@ -767,7 +771,8 @@ async def run(brokers: Brokers, data_dir: Path, names: list[str], *, clients: in
         progress(f"replication's cost: {clients} writers for {seconds:g} s on the"
                  f" {len(brokers.node_ids())}-node cluster")
         replication_figures(report, alone, await throughput(
-            system.kubeconfig, clients=clients, seconds=seconds), len(brokers.node_ids()))
+            system.kubeconfig, clients=clients, seconds=seconds,
+            cpu=cpu_of(system.pid, brokers.pids())), len(brokers.node_ids()))
         for name in names:
             progress(f"fault {name}: {clients} clients, {before:g} s before, {after:g} s"
                      " after it is over")
@@ -823,26 +828,70 @@ class Throughput:
     writes: int
     seconds: float
     p99: float  # ms
+    #: the committer's mean requests per transaction, and its mean publish
+    #: (the transaction: changes, replies, offsets, commit) in ms
+    batch: float = float("nan")
+    publish_ms: float = float("nan")
+    #: CPU seconds of ``up``'s processes (but a broker) and of the brokers
+    cpu_up: float = float("nan")
+    cpu_brokers: float = float("nan")
 
     @property
     def per_second(self) -> float:
         return self.writes / self.seconds if self.seconds else float("nan")
 
 
+#: the committer's batches and transactions, from ``up``'s /metrics
+COMMITTER_SAMPLES = ("reports_committer_batch_requests_sum",
+                     "reports_committer_batch_requests_count")
+PUBLISH = 'step="publish"'
+CpuSample = Callable[[], tuple[float, float]]
+
+
+def cpu_of(up: int, brokers: list[int] | None = None) -> CpuSample:
+    """CPU seconds so far of the ``up`` process ``up`` and its children but a
+    broker, and of the brokers (its embedded one, or ``brokers``)."""
+    def sample() -> tuple[float, float]:
+        root = psutil.Process(up)
+        tree = [root, *root.children(recursive=True)]
+        java = [p for p in tree if p.name() == "java"]
+        rest = [p for p in tree if p.name() != "java"]
+        nodes = java + [psutil.Process(pid) for pid in brokers or ()]
+        return sum(map(cpu_seconds, rest)), sum(map(cpu_seconds, nodes))
+    return sample
+
+
 async def throughput(kubeconfig: Path, *, clients: int = 16, seconds: float = 30.0,
-                     pool_size: int = 400, seed: int = 2) -> Throughput:
+                     pool_size: int = 400, seed: int = 2, cpu: CpuSample | None = None
+                     ) -> Throughput:
     """The benchmark's Kyverno-shaped writers, ``clients`` of them, for
-    ``seconds`` after each of ``pool_size`` reports was created once."""
+    ``seconds`` after each of ``pool_size`` reports was created once; with
+    the committer's batches and transactions meanwhile, and the CPU
+    ``cpu`` samples."""
     rng = random.Random(seed)
     pool = resources(pool_size, 8, prefix="replication", rng=rng)
+    nothing = (float("nan"), float("nan"))
     async with Client(kubeconfig, connections=clients + 8) as client:
         driver = Driver(client, Mix(), rng)
         await closed_loop(driver, pool, concurrency=clients, seed=True)
+        before, cpu_before = _committer(await client.text("/metrics")), cpu() if cpu else nothing
         run = await closed_loop(driver, pool, concurrency=clients, duration=seconds)
+        after, cpu_after = _committer(await client.text("/metrics")), cpu() if cpu else nothing
     if run.errors:
         raise RuntimeError(f"writes failed without a fault: {dict(run.errors)}")
+    requests, batches, publish, published = (a - b for a, b in zip(after, before, strict=True))
     return Throughput(len(run.write_latencies), run.seconds,
-                      percentile(run.write_latencies, 99) * 1000)
+                      percentile(run.write_latencies, 99) * 1000,
+                      requests / batches if batches else float("nan"),
+                      publish / published * 1000 if published else float("nan"),
+                      cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1])
+
+
+def _committer(page: str) -> tuple[float, float, float, float]:
+    """Requests decided, batches, publish seconds and publishes so far."""
+    return (sampled(page, COMMITTER_SAMPLES[0]), sampled(page, COMMITTER_SAMPLES[1]),
+            sampled(page, "reports_committer_transaction_seconds_sum", PUBLISH),
+            sampled(page, "reports_committer_transaction_seconds_count", PUBLISH))
 
 
 def replication_figures(report: Report, alone: Throughput, replicated: Throughput,
@@ -858,6 +907,17 @@ def replication_figures(report: Report, alone: Throughput, replicated: Throughpu
                (">=", REPLICATED_RATIO_TARGET))
     report.add("replication: write p99, embedded broker", alone.p99, "ms")
     report.add(f"replication: write p99, {nodes} brokers", replicated.p99, "ms")
+    for where, run in (("embedded broker", alone), (f"{nodes} brokers", replicated)):
+        report.add(f"replication: committer's requests per transaction, {where}", run.batch,
+                   "", note="mean over the phase (reports_committer_batch_requests)")
+        report.add(f"replication: committer's transaction, {where}", run.publish_ms, "ms",
+                   note="mean time to publish a batch: its changes, replies and offsets,"
+                        " committed (reports_committer_transaction_seconds, publish)")
+        for part, seconds in (("up", run.cpu_up), ("brokers", run.cpu_brokers)):
+            report.add(f"replication: CPU per write, {part}, {where}",
+                       seconds / run.writes * 1000 if run.writes else float("nan"), "ms",
+                       note="user and system time over the phase: `up`'s processes but a"
+                            " broker" if part == "up" else "the same, of every broker")
 
 
 # -- transaction verification (KIP-890 part 1) ----------------------------------

@@ -21,6 +21,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def sampled(page: str, name: str, labelled: str = "") -> float:
+    """The sum of a /metrics page's samples of ``name`` (with ``labelled``
+    among their labels, when given); 0 when there is none."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
+               if line.startswith((name + " ", name + "{")) and labelled in line)
+
+
 @dataclass(frozen=True)
 class Figure:
     name: str

@@ -36,7 +36,7 @@ import orjson
 import psutil
 
 from bench.client import Client
-from bench.figures import Report
+from bench.figures import Report, sampled
 from bench.questions import FLEET
 from bench.traffic import Driver, closed_loop, open_loop
 from bench.upprocess import RunningSystem
@@ -120,8 +120,8 @@ async def _phase(load: str, suffix: str, systems: list[RunningSystem],
     started = datetime.now(UTC)
     page = await fleet_api.text("/metrics")
     taken_before = _changes_taken(page)
-    writes_before = (_sample(page, "reports_fleet_write_seconds_count"),
-                     _sample(page, "reports_fleet_write_seconds_sum"))
+    writes_before = (sampled(page, "reports_fleet_write_seconds_count"),
+                     sampled(page, "reports_fleet_write_seconds_sum"))
     cpu_before = _cpu(process)
     rss: list[int] = []
     sampling = asyncio.create_task(_sample_rss(process, rss))
@@ -134,8 +134,8 @@ async def _phase(load: str, suffix: str, systems: list[RunningSystem],
     cpu = _cpu(process) - cpu_before
     page = await fleet_api.text("/metrics")
     taken = _changes_taken(page) - taken_before
-    writes_count = _sample(page, "reports_fleet_write_seconds_count") - writes_before[0]
-    writes_time = _sample(page, "reports_fleet_write_seconds_sum") - writes_before[1]
+    writes_count = sampled(page, "reports_fleet_write_seconds_count") - writes_before[0]
+    writes_time = sampled(page, "reports_fleet_write_seconds_sum") - writes_before[1]
     window = {"since": _stamp(started), "until": _stamp(ended)}
     rows = await _ask(fleet_api, LAG, **window)
     own = []  # each cluster's own store's lag behind its log, the same way
@@ -179,16 +179,9 @@ LAG = ("SELECT count(), quantiles(0.5, 0.99)(lag) FROM (SELECT"
        " GROUP BY cluster, resource, namespace, report, resource_version)")
 
 
-def _sample(page: str, name: str, labelled: str = "") -> float:
-    """The sum of a /metrics page's samples of ``name`` (with ``labelled``
-    among their labels, when given); 0 when there is none."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
-               if line.startswith((name + " ", name + "{")) and labelled in line)
-
-
 def _changes_taken(page: str) -> int:
     """Change-log records the fleet took, from its /metrics page."""
-    return int(_sample(page, "reports_fleet_records_total", 'topic="changes"'))
+    return int(sampled(page, "reports_fleet_records_total", 'topic="changes"'))
 
 
 def _bootstrap(system: RunningSystem) -> str:

@@ -149,6 +149,10 @@ class KafkaCluster:
     def node_ids(self) -> list[int]:
         return [n.id for n in self.nodes]
 
+    def pids(self) -> list[int]:
+        """The processes of the nodes running now."""
+        return [n.pid for n in self.nodes if n.running]
+
     def node(self, node_id: int) -> KafkaNode:
         return self.nodes[node_id - 1]
 

@@ -121,7 +121,10 @@ def test_the_bench_breaks_a_three_node_clusters_brokers(tmp_path: Path) -> None:
         assert f"fault changes-leader: {name}" in figures, name
     # the cost of replication, both sides measured in this run
     for name in ("writes/s, embedded broker", "writes/s, 3 brokers",
-                 "write p99, embedded broker", "write p99, 3 brokers"):
+                 "write p99, embedded broker", "write p99, 3 brokers",
+                 "committer's requests per transaction, embedded broker",
+                 "committer's requests per transaction, 3 brokers",
+                 "committer's transaction, embedded broker", "committer's transaction, 3 brokers"):
         assert figures[f"replication: {name}"]["value"] > 0, name
     assert "replication: writes/s, 3 brokers / embedded" in figures
     assert figures["fault changes-leader: failed checks"]["value"] == 0
