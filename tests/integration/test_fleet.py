@@ -67,16 +67,25 @@ async def what_fleet(fleet: Fleet, cluster: str) -> tuple[Any, ...]:
                              cluster))
 
 
+#: a cluster's aggregation agent has counted every current report: its
+#: failing results per policy add up to its reports' own count
+COUNTED = ("SELECT (SELECT sum(fail) FROM policy_counts FINAL)"
+           " = (SELECT sum(fail) FROM reports FINAL WHERE NOT deleted)")
+
+
 async def the_same(fleet: Fleet, clusters: dict[str, Any], *, history: bool = True,
                    timeout: float = 60) -> None:
     """Await every cluster's reports, current counts and (with ``history``)
-    results in the fleet as its own store holds them."""
+    results in the fleet as its own store holds them, once its aggregation
+    agent has counted every report (until then the fleet may match a count
+    on its way)."""
     parts = 3 if history else 2
     async with asyncio.timeout(timeout):
         for name, running in clusters.items():
             while True:
                 held = (await what(running))[:parts]
-                if held[1] and held == (await what_fleet(fleet, name))[:parts]:
+                if held[1] and (await source_rows(running, COUNTED))[0][0] \
+                        and held == (await what_fleet(fleet, name))[:parts]:
                     break
                 await asyncio.sleep(0.3)
 
