@@ -42,7 +42,7 @@ from bench.traffic import Driver, closed_loop, open_loop
 from bench.upprocess import RunningSystem
 from bench.workload import Mix, resources
 from pipeline.aggregate import counts as aggregate
-from pipeline.clickhouse import fleetrows
+from pipeline.clickhouse import fleetrows, rows
 from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.clickhouse.connection import Connection
 from pipeline.clickhouse.fleet import FleetStore
@@ -136,13 +136,13 @@ async def _phase(load: str, suffix: str, systems: list[RunningSystem],
     taken = _changes_taken(page) - taken_before
     writes_count = sampled(page, "reports_fleet_write_seconds_count") - writes_before[0]
     writes_time = sampled(page, "reports_fleet_write_seconds_sum") - writes_before[1]
-    window = {"since": _stamp(started), "until": _stamp(ended)}
-    rows = await _ask(fleet_api, LAG, **window)
+    window = {"since": rows.stamp(started), "until": rows.stamp(ended)}
+    lag = await _ask(fleet_api, LAG, **window)
     own = []  # each cluster's own store's lag behind its log, the same way
     for system in systems:
         async with Client(system.kubeconfig) as api:
             own.append((await _ask(api, LAG, **window))[0][1])
-    changes, (p50, p99) = int(rows[0][0]), rows[0][1]
+    changes, (p50, p99) = int(lag[0][0]), lag[0][1]
     rate = writes / options.seconds
     note = (f"{load}: {changes} changes with results of {len(systems)} clusters, {rate:.0f}"
             " writes/s together; from each change's commit to its rows in the fleet")
@@ -163,10 +163,6 @@ async def _phase(load: str, suffix: str, systems: list[RunningSystem],
                     " it took (deletions and summaries' records included in its time)")
     report.add(f"fleet RSS, most{suffix}", max(rss, default=0) / 2**20, "MiB", ("<=", 1024),
                "sampled every second during the phase")
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 #: a store's lag behind the change logs it takes: one row per change with
