@@ -4,6 +4,8 @@ are handed in, each follower's in order, none after one that failed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import cast
 
@@ -38,6 +40,19 @@ def batch(cluster: str, offset: int) -> Batch:
     return b
 
 
+def writer_on(store: Store) -> Writer:
+    return Writer(cast(FleetStore, store), interval=0.05)
+
+
+@contextlib.asynccontextmanager
+async def running(writer: Writer) -> AsyncIterator[None]:
+    writer.start()
+    try:
+        yield
+    finally:
+        await writer.stop()
+
+
 async def first_write_held(store: Store, writer: Writer, lane: Lane) -> None:
     """The lane's first batch handed in (a quiet spell: written at once), and
     its write begun but held until ``store.go_on`` is set."""
@@ -48,10 +63,9 @@ async def first_write_held(store: Store, writer: Writer, lane: Lane) -> None:
 
 async def test_batches_handed_in_during_a_write_are_the_next_write() -> None:
     store = Store()
-    writer = Writer(cast(FleetStore, store), interval=0.05)
+    writer = writer_on(store)
     a, b = writer.lane("a"), writer.lane("b")
-    writer.start()
-    try:
+    async with running(writer):
         await first_write_held(store, writer, a)
         writer.hand(a, batch("a", 2), 1)  # fetched while the write goes on
         writer.hand(b, batch("b", 7), 1)
@@ -60,8 +74,6 @@ async def test_batches_handed_in_during_a_write_are_the_next_write() -> None:
         store.go_on.set()
         await a.room(1)
         await b.room(1)
-    finally:
-        await writer.stop()
     assert [len(w.reports) for w in store.written] == [1, 3]
     assert store.written[1].positions == {("a", "a.changes", 0): (3, AT),
                                           ("b", "b.changes", 0): (7, AT)}
@@ -70,10 +82,9 @@ async def test_batches_handed_in_during_a_write_are_the_next_write() -> None:
 
 async def test_a_lane_holding_its_most_waits_for_a_write() -> None:
     store = Store()
-    writer = Writer(cast(FleetStore, store), interval=0.05)
+    writer = writer_on(store)
     a = writer.lane("a")
-    writer.start()
-    try:
+    async with running(writer):
         store.go_on.clear()
         writer.hand(a, batch("a", 1), 600)
         waiting = asyncio.ensure_future(a.room(500))
@@ -82,8 +93,6 @@ async def test_a_lane_holding_its_most_waits_for_a_write() -> None:
         assert not waiting.done()
         store.go_on.set()
         await asyncio.wait_for(waiting, 5)
-    finally:
-        await writer.stop()
 
 
 async def test_nothing_of_a_lane_is_stored_after_its_failed_batch() -> None:
@@ -91,10 +100,9 @@ async def test_nothing_of_a_lane_is_stored_after_its_failed_batch() -> None:
     stored by a later write: its positions would skip the failed batch's
     records."""
     store = Store()
-    writer = Writer(cast(FleetStore, store), interval=0.05)
+    writer = writer_on(store)
     a, b = writer.lane("a"), writer.lane("b")
-    writer.start()
-    try:
+    async with running(writer):
         await first_write_held(store, writer, a)
         writer.hand(a, batch("a", 2), 1)  # after the failing one
         store.fail = OSError("disk full")
@@ -109,25 +117,20 @@ async def test_nothing_of_a_lane_is_stored_after_its_failed_batch() -> None:
         again = writer.lane("a")  # the follower again, from the stored positions
         writer.hand(again, batch("a", 1), 1)
         await asyncio.wait_for(again.room(1), 5)
-    finally:
-        await writer.stop()
     assert [w.positions for w in store.written] == [{("b", "b.changes", 0): (1, AT)},
                                                     {("a", "a.changes", 0): (1, AT)}]
 
 
 async def test_a_dropped_lane_is_not_stored() -> None:
     store = Store()
-    writer = Writer(cast(FleetStore, store), interval=0.05)
+    writer = writer_on(store)
     a = writer.lane("a")
     store.go_on.clear()
     writer.hand(a, batch("a", 1), 1)
     writer.drop(a)  # its follower stopped before the writer took it
-    writer.start()
-    try:
+    async with running(writer):
         b = writer.lane("b")
         writer.hand(b, batch("b", 1), 1)
         store.go_on.set()
         await asyncio.wait_for(b.room(1), 5)
-    finally:
-        await writer.stop()
     assert [list(w.positions) for w in store.written] == [[("b", "b.changes", 0)]]
