@@ -105,10 +105,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=Path("bench-results.json"),
                         help="where the figures are written as JSON")
     parser.add_argument("--kafka-brokers", type=int, default=0, metavar="N",
-                        help="instead: start a Kafka cluster of N KRaft nodes on loopback"
+                        help="instead: start a Kafka cluster of N KRaft brokers on loopback"
                              " (production defaults: 3 replicas, 2 in sync), run `up` against"
                              " it and break its brokers under load, one fault after another"
                              " (--faults); print each fault's outage, p99 and errors")
+    parser.add_argument("--kafka-controllers", type=int, default=3, metavar="N",
+                        help="the KRaft controllers of --kafka-brokers' cluster, each a node of"
+                             " its own (default 3); 0: every broker is a controller too")
     parser.add_argument("--faults", default=",".join(bench_faults.FAULTS),
                         help="the faults of --kafka-brokers, in order (default: all)")
     parser.add_argument("--fault-seconds", type=float, default=30.0,
@@ -157,10 +160,12 @@ def _bench_faults(args: argparse.Namespace) -> int:
     process starts and stops."""
     names = [n.strip() for n in args.faults.split(",") if n.strip()]
     unknown = [n for n in names if n not in bench_faults.FAULTS]
-    if unknown or args.kafka_brokers < 3:
+    if unknown or args.kafka_brokers < 3 or args.kafka_controllers < 0:
         print(f"reports-pipeline bench: --faults: unknown {', '.join(unknown)} (known:"
               f" {', '.join(bench_faults.FAULTS)})" if unknown else
-              "reports-pipeline bench: --kafka-brokers needs 3 nodes or more", file=sys.stderr)
+              "reports-pipeline bench: --kafka-brokers needs 3 nodes or more"
+              if args.kafka_brokers < 3 else
+              "reports-pipeline bench: --kafka-controllers takes 0 or more", file=sys.stderr)
         return 2
     config = dict(item.partition("=")[::2] for item in args.kafka_config)
     if any(not k or not v for k, v in config.items()):
@@ -169,9 +174,13 @@ def _bench_faults(args: argparse.Namespace) -> int:
     base = args.data_dir or Path(tempfile.mkdtemp(prefix="reports-faults-"))
 
     async def faults() -> Report:
-        cluster = KafkaCluster(base / "kafka", nodes=args.kafka_brokers, config=config,
+        cluster = KafkaCluster(base / "kafka", brokers=args.kafka_brokers,
+                               controllers=args.kafka_controllers, config=config,
                                progress=_progress_line)
         await cluster.start()
+        print(f"-- Kafka: {args.kafka_brokers} brokers, "
+              + (f"{args.kafka_controllers} controllers of their own" if args.kafka_controllers
+                 else "each a controller too"), flush=True)
         if config:
             print("-- broker settings: " + ", ".join(f"{k}={v}" for k, v in config.items()),
                   flush=True)

@@ -53,6 +53,7 @@ from pipeline.kafka import changelog, clientconfig, retries, transactions
 from pipeline.kafka.tail import Tail
 from pipeline.model.messages import Change
 from pipeline.observe import metrics
+from pipeline.runtime.logs import quiet
 from pipeline.settings import Settings
 
 JSON = dict[str, Any]
@@ -66,6 +67,7 @@ class Brokers(Protocol):
     @property
     def bootstrap(self) -> str: ...
     def node_ids(self) -> list[int]: ...
+    def broker_ids(self) -> list[int]: ...
     def kill(self, node_id: int) -> None: ...
     def pause(self, node_id: int) -> None: ...
     def resume(self, node_id: int) -> None: ...
@@ -377,20 +379,26 @@ class KafkaView:
         answer within 2 s, the roles are where it last said)."""
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=2000)
         await admin.start()
-        roles: dict[str, int] = {}
         try:
-            while True:
-                with contextlib.suppress(KafkaError, TimeoutError, OSError):
-                    async with asyncio.timeout(2):
-                        roles = await self.roles(admin)
-                if roles:
-                    into.append((time.perf_counter(),
-                                 all(n >= 0 and brokers.serving(n) for n in roles.values())))
-                await asyncio.sleep(every)
+            # its connections to the node down fail, as they are meant to
+            with quiet("aiokafka"):
+                await self._sample(admin, brokers, into, every)
         finally:
             with contextlib.suppress(KafkaError, TimeoutError, OSError):
                 async with asyncio.timeout(2):
                     await admin.close()
+
+    async def _sample(self, admin: AIOKafkaAdminClient, brokers: Brokers,
+                      into: list[tuple[float, bool]], every: float) -> None:
+        roles: dict[str, int] = {}
+        while True:
+            with contextlib.suppress(KafkaError, TimeoutError, OSError):
+                async with asyncio.timeout(2):
+                    roles = await self.roles(admin)
+            if roles:
+                into.append((time.perf_counter(),
+                             all(n >= 0 and brokers.serving(n) for n in roles.values())))
+            await asyncio.sleep(every)
 
 
 async def _kill_then_restart(brokers: Brokers, node: int, what: str, after: float) -> str:
@@ -438,7 +446,7 @@ async def rolling(brokers: Brokers, view: KafkaView) -> str:
 
 async def two_lost(brokers: Brokers, view: KafkaView) -> str:
     leader = await view.leader(view.settings.changes_topic)
-    other = next(n for n in brokers.node_ids() if n != leader)
+    other = next(n for n in brokers.broker_ids() if n != leader)
     brokers.kill(leader)
     brokers.kill(other)
     await asyncio.sleep(20)
@@ -769,10 +777,10 @@ async def run(brokers: Brokers, data_dir: Path, names: list[str], *, clients: in
     await system.start()
     try:
         progress(f"replication's cost: {clients} writers for {seconds:g} s on the"
-                 f" {len(brokers.node_ids())}-node cluster")
+                 f" {len(brokers.broker_ids())}-broker cluster")
         replication_figures(report, alone, await throughput(
             system.kubeconfig, clients=clients, seconds=seconds,
-            cpu=cpu_of(system.pid, brokers.pids())), len(brokers.node_ids()))
+            cpu=cpu_of(system.pid, brokers.pids())), len(brokers.broker_ids()))
         for name in names:
             progress(f"fault {name}: {clients} clients, {before:g} s before, {after:g} s"
                      " after it is over")

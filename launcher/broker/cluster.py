@@ -1,5 +1,8 @@
-"""A replicated Apache Kafka on loopback: three (or more) KRaft nodes, each a
-broker and a controller in one JVM, from the same jars as the embedded broker.
+"""A replicated Apache Kafka on loopback from the same jars as the embedded
+broker: three (or more) KRaft brokers, each a controller too in the same JVM
+("combined"), or beside a quorum of controllers of their own, as Kafka's
+documentation advises for production (a controller's failure then takes no
+partition leader with it, and losing brokers leaves the quorum whole).
 
 It is set up as production clusters are (Strimzi's, MSK's, Confluent's):
 Kafka's own defaults (transaction verification on, Eligible Leader Replicas
@@ -10,9 +13,8 @@ directory and ports under ``root/node-<id>``; the ports and the cluster id
 are kept in ``root/cluster.json`` so that a node started again rejoins at the
 address its peers know.
 
-``reports-pipeline kafka`` runs one in the foreground; the benchmark's fault
-phases and the fault tests start one, and stop, kill, pause and restart its
-nodes one by one.
+The benchmark's fault phases (``bench --kafka-brokers``) and the fault tests
+start one, and stop, kill, pause and restart its nodes one by one.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from launcher.broker.node import (
     free_port,
     java_command,
     kraft_node,
+    listens,
     log4j_properties,
     port_free,
 )
@@ -47,13 +50,14 @@ PRODUCTION = {"default.replication.factor": "3", "min.insync.replicas": "2"}
 
 
 def node_properties(*, node: int, port: int, controller_port: int, voters: str,
-                    logs: Path, config: Mapping[str, str] | None = None) -> str:
-    """One node of the cluster: its listeners and log directory on top of
-    Kafka's defaults and :data:`PRODUCTION`, then ``config`` (an operator's
-    own settings, as ``bench --kafka-config`` gives them). Pure."""
+                    logs: Path, config: Mapping[str, str] | None = None,
+                    roles: str = "broker,controller") -> str:
+    """One node of the cluster: its roles, listeners and log directory on top
+    of Kafka's defaults and :data:`PRODUCTION`, then ``config`` (an
+    operator's own settings, as ``bench --kafka-config`` gives them). Pure."""
     props = {
         **kraft_node(node=node, voters=voters, port=port, controller_port=controller_port,
-                     logs=logs),
+                     logs=logs, roles=roles),
         **PRODUCTION,
         # heap, not behaviour: the log cleaner's dedupe map is 128 MiB by default
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
@@ -65,8 +69,10 @@ def node_properties(*, node: int, port: int, controller_port: int, voters: str,
 class KafkaNode:
     """One node's process. Its pid is what a fault test signals."""
 
-    def __init__(self, node_id: int, root: Path, heap: str):
+    def __init__(self, node_id: int, root: Path, heap: str,
+                 roles: str = "broker,controller"):
         self.id = node_id
+        self.roles = roles
         self.layout = BrokerLayout(root)
         self.heap = heap
         self.port = 0
@@ -80,6 +86,14 @@ class KafkaNode:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def controller(self) -> bool:
+        return "controller" in self.roles
 
     @property
     def pid(self) -> int:
@@ -128,26 +142,36 @@ class KafkaNode:
 
 
 class KafkaCluster:
-    """``nodes`` KRaft nodes under ``root``."""
+    """``brokers`` KRaft brokers under ``root``: nodes 1 to ``brokers``, the
+    controllers too if ``controllers`` is 0, else beside as many controllers
+    of their own, the nodes after them."""
 
-    def __init__(self, root: Path, *, nodes: int = 3, heap: str = "256m",
-                 cache: Path | None = None, progress: Callable[[str], None] | None = None,
+    def __init__(self, root: Path, *, brokers: int = 3, controllers: int = 0,
+                 heap: str = "256m", cache: Path | None = None,
+                 progress: Callable[[str], None] | None = None,
                  config: Mapping[str, str] | None = None):
-        if nodes < 1:
-            raise ValueError("a Kafka cluster has at least one node")
+        if brokers < 1 or controllers < 0:
+            raise ValueError("a Kafka cluster has at least one broker")
         self.root = root
         self.config = dict(config or {})
-        self.nodes = [KafkaNode(i, root / f"node-{i}", heap) for i in range(1, nodes + 1)]
+        roles = "broker" if controllers else "broker,controller"
+        self.nodes = [KafkaNode(i, root / f"node-{i}", heap, roles)
+                      for i in range(1, brokers + 1)]
+        self.nodes += [KafkaNode(i, root / f"node-{i}", heap, "controller")
+                       for i in range(brokers + 1, brokers + controllers + 1)]
         self._cache = cache or default_cache()
         self._progress = progress or (lambda message: log.info("%s", message))
         self._libs: Path | None = None
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes)
+        return ",".join(n.bootstrap for n in self.nodes if n.broker)
 
     def node_ids(self) -> list[int]:
         return [n.id for n in self.nodes]
+
+    def broker_ids(self) -> list[int]:
+        return [n.id for n in self.nodes if n.broker]
 
     def pids(self) -> list[int]:
         """The processes of the nodes running now."""
@@ -182,12 +206,13 @@ class KafkaCluster:
         self._libs = libs = await ensure_jars(self._cache, progress=self._progress)
         self.root.mkdir(parents=True, exist_ok=True)
         cid = self._ports()
-        voters = ",".join(f"{n.id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        voters = ",".join(f"{n.id}@127.0.0.1:{n.controller_port}"
+                          for n in self.nodes if n.controller)
         for n in self.nodes:
             n.layout.logs.mkdir(parents=True, exist_ok=True)
             n.layout.config.write_text(node_properties(
                 node=n.id, port=n.port, controller_port=n.controller_port, voters=voters,
-                logs=n.layout.logs, config=self.config))
+                logs=n.layout.logs, config=self.config, roles=n.roles))
             n.layout.log4j.write_text(log4j_properties(n.layout.log_file))
         await asyncio.gather(*(format_storage(libs, n.heap, n.layout, cid)
                                for n in self.nodes
@@ -201,9 +226,10 @@ class KafkaCluster:
             raise
 
     async def wait_ready(self, timeout: float = 120.0) -> None:
-        """Until every running node is registered and serves metadata and the
-        coordinators."""
+        """Until every running broker is registered and serves metadata and
+        the coordinators, and every running controller alone listens."""
         running = [n for n in self.nodes if n.running]
+        brokers = [n for n in running if n.broker]
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -212,7 +238,9 @@ class KafkaCluster:
                                 and n in running:
                             raise BrokerError(f"Kafka node {n.id} exited with"
                                               f" {n.proc.returncode}:\n{n.log_tail()}")
-                    if all([await answers(n.bootstrap, len(running)) for n in running]):
+                    if all([await answers(n.bootstrap, len(brokers)) for n in brokers]) \
+                            and all([await listens(n.controller_port)
+                                     for n in running if not n.broker]):
                         for n in running:
                             n.starting = False
                         return

@@ -73,21 +73,28 @@ class BrokerLayout:
         return self.root / "console.log"
 
 
-def kraft_node(*, node: int, voters: str, port: int, controller_port: int, logs: Path
-               ) -> dict[str, str]:
-    """A KRaft node on loopback, broker and controller in one: its id, the
-    quorum's voters, its listeners and its log directory. Pure."""
-    return {
-        "process.roles": "broker,controller",
+def kraft_node(*, node: int, voters: str, port: int, controller_port: int, logs: Path,
+               roles: str = "broker,controller") -> dict[str, str]:
+    """A KRaft node on loopback: its id and ``roles`` (a broker and a
+    controller in one, or either alone), the quorum's voters, its listeners
+    and its log directory. A controller alone listens on ``controller_port``
+    only, a broker alone on ``port`` only. Pure."""
+    broker, controller = "broker" in roles, "controller" in roles
+    listeners = [f"PLAINTEXT://127.0.0.1:{port}"] if broker else []
+    listeners += [f"CONTROLLER://127.0.0.1:{controller_port}"] if controller else []
+    props = {
+        "process.roles": roles,
         "node.id": str(node),
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": ",".join(listeners),
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": str(logs),
     }
+    if broker:
+        props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+        props["inter.broker.listener.name"] = "PLAINTEXT"
+    return props
 
 
 def server_properties(*, port: int, controller_port: int, logs: Path) -> str:
@@ -190,10 +197,8 @@ def cluster_id() -> str:
             return value
 
 
-async def answers(bootstrap: str, brokers: int = 1) -> bool:
-    """Whether the Kafka at ``bootstrap`` serves metadata with ``brokers``
-    brokers registered, and its group and transaction coordinators."""
-    port = int(bootstrap.rsplit(":", 1)[1])
+async def listens(port: int) -> bool:
+    """Whether something accepts connections on loopback's ``port``."""
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError:
@@ -201,6 +206,14 @@ async def answers(bootstrap: str, brokers: int = 1) -> bool:
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
+    return True
+
+
+async def answers(bootstrap: str, brokers: int = 1) -> bool:
+    """Whether the Kafka at ``bootstrap`` serves metadata with ``brokers``
+    brokers registered, and its group and transaction coordinators."""
+    if not await listens(int(bootstrap.rsplit(":", 1)[1])):
+        return False
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
     # a node of a cluster still starting, or stopped on purpose, is no error
     with quiet("aiokafka"):

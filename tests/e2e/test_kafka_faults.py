@@ -44,7 +44,7 @@ class Replicated:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def replicated(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Replicated]:
     root: Path = tmp_path_factory.mktemp("replicated")
-    cluster = KafkaCluster(root / "kafka")
+    cluster = KafkaCluster(root / "kafka", controllers=3)
     await cluster.start()
     try:
         env = {"KAFKA_BOOTSTRAP": cluster.bootstrap, "REPORTS_TOPIC_PREFIX": "faults"}

@@ -13,7 +13,7 @@ from aiokafka.errors import ConcurrentTransactions
 from aiokafka.producer.sender import AddPartitionsToTxnHandler
 from aiokafka.producer.transaction_manager import TransactionManager
 
-from launcher.broker.cluster import node_properties
+from launcher.broker.cluster import KafkaCluster, node_properties
 from launcher.broker.jars import kafka_version
 from launcher.broker.node import port_free, server_properties
 from pipeline.kafka.clientconfig import CONCURRENT_TRANSACTIONS_BACKOFF_S
@@ -142,6 +142,34 @@ def test_the_three_broker_cluster_is_kafkas_defaults_and_productions_two(
             "advertised.listeners", "controller.listener.names", "inter.broker.listener.name",
             "listener.security.protocol.map", "log.dirs", "log.cleaner.dedupe.buffer.size"}
     assert set(props) & set(single) == kept
+
+
+def test_a_controller_of_its_own_listens_for_the_quorum_only(tmp_path: Path) -> None:
+    controller = dict(line.split("=", 1) for line in node_properties(
+        node=4, port=9092, controller_port=9093, voters="4@a:1,5@b:2,6@c:3", logs=tmp_path,
+        roles="controller").splitlines())
+    assert controller["process.roles"] == "controller"
+    assert controller["listeners"] == "CONTROLLER://127.0.0.1:9093"
+    assert "advertised.listeners" not in controller
+    assert "inter.broker.listener.name" not in controller
+    broker = dict(line.split("=", 1) for line in node_properties(
+        node=1, port=9092, controller_port=9093, voters="4@a:1,5@b:2,6@c:3", logs=tmp_path,
+        roles="broker").splitlines())
+    assert broker["process.roles"] == "broker"
+    assert broker["listeners"] == broker["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092"
+    assert broker["controller.listener.names"] == "CONTROLLER"
+    assert (broker["default.replication.factor"], broker["min.insync.replicas"]) == ("3", "2")
+
+
+def test_a_cluster_with_controllers_of_their_own(tmp_path: Path) -> None:
+    cluster = KafkaCluster(tmp_path, brokers=3, controllers=3)
+    assert cluster.node_ids() == [1, 2, 3, 4, 5, 6]
+    assert cluster.broker_ids() == [1, 2, 3]
+    assert [n.roles for n in cluster.nodes] == ["broker"] * 3 + ["controller"] * 3
+    assert cluster.bootstrap.count(",") == 2
+    combined = KafkaCluster(tmp_path, brokers=3)
+    assert combined.broker_ids() == combined.node_ids() == [1, 2, 3]
+    assert {n.roles for n in combined.nodes} == {"broker,controller"}
 
 
 def test_an_operators_settings_go_on_top(tmp_path: Path) -> None:
