@@ -48,6 +48,7 @@ from bench.traffic import Driver, Run, closed_loop
 from bench.upprocess import RunningSystem
 from bench.workload import EPHR_PATH, POLR_PATH, Mix, resources
 from kubeclient import APIError, KubeClientError
+from launcher.broker.cluster import PRODUCTION
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
 from pipeline.kafka import changelog, clientconfig, retries, transactions
 from pipeline.kafka.tail import Tail
@@ -325,6 +326,10 @@ class Outcome:
 Inject = Callable[[Brokers, "KafkaView"], Awaitable[str]]
 
 
+#: the cluster's min.insync.replicas
+MIN_IN_SYNC = int(PRODUCTION["min.insync.replicas"])
+
+
 class KafkaView:
     """Who leads what, asked of the cluster."""
 
@@ -356,7 +361,9 @@ class KafkaView:
         coordinators (the leaders of the partitions of ``__transaction_state``
         and ``__consumer_offsets`` its ids hash to; -1: none), and every
         replica in sync of those partitions (an acknowledged write waits for
-        each until Kafka drops a dead one from the set)."""
+        each until Kafka drops a dead one from the set). A partition with
+        fewer replicas in sync than ``min.insync.replicas`` takes no write:
+        it has the role ``"<topic> in sync"`` on no node (-1) then."""
         wanted = {self.settings.requests_topic: 0, self.settings.changes_topic: 0}
         internal = {clientconfig.TRANSACTIONS_TOPIC: self.settings.committer_transactional_id,
                     clientconfig.OFFSETS_TOPIC: self.settings.committer_group}
@@ -370,6 +377,8 @@ class KafkaView:
                 if name in wanted and p["partition"] == wanted[name]:
                     roles[name] = int(p["leader"])
                     roles.update({f"{name} in sync {n}": int(n) for n in p["isr"]})
+                    if len(p["isr"]) < MIN_IN_SYNC:
+                        roles[f"{name} in sync"] = -1
         return roles
 
     async def sample(self, brokers: Brokers, into: list[tuple[float, bool]],

@@ -307,5 +307,8 @@ class KafkaCluster:
         return best[1]
 
     async def stop(self) -> None:
-        # every node at once: one by one, the last would wait for a quorum
-        await asyncio.gather(*(self.stop_node(n.id) for n in self.nodes))
+        # Every broker at once (one by one, the last would wait for a quorum
+        # of combined nodes), then the controllers of their own: a broker's
+        # shutdown waits for a controller to let it go.
+        await asyncio.gather(*(self.stop_node(n.id) for n in self.nodes if n.broker))
+        await asyncio.gather(*(self.stop_node(n.id) for n in self.nodes if not n.broker))
