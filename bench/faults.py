@@ -399,15 +399,29 @@ class KafkaView:
 
     async def _sample(self, admin: AIOKafkaAdminClient, brokers: Brokers,
                       into: list[tuple[float, bool]], every: float) -> None:
+        # The roles are asked for in the background: an answer may wait 2 s
+        # (its broker stopped), and meanwhile each sample judges the roles
+        # last known by the nodes' state now.
         roles: dict[str, int] = {}
-        while True:
-            with contextlib.suppress(KafkaError, TimeoutError, OSError):
-                async with asyncio.timeout(2):
-                    roles = await self.roles(admin)
-            if roles:
-                into.append((time.perf_counter(),
-                             all(n >= 0 and brokers.serving(n) for n in roles.values())))
-            await asyncio.sleep(every)
+
+        async def refresh() -> None:
+            nonlocal roles
+            while True:
+                with contextlib.suppress(KafkaError, TimeoutError, OSError):
+                    async with asyncio.timeout(2):
+                        roles = await self.roles(admin)
+                await asyncio.sleep(every)
+        refreshing = asyncio.create_task(refresh())
+        try:
+            while True:
+                if roles:
+                    into.append((time.perf_counter(),
+                                 all(n >= 0 and brokers.serving(n) for n in roles.values())))
+                await asyncio.sleep(every)
+        finally:
+            refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refreshing
 
 
 async def _kill_then_restart(brokers: Brokers, node: int, what: str, after: float) -> str:

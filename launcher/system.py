@@ -55,6 +55,7 @@ from pipeline.clickhouse.reads import ObjectReads
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.service import CommitService
 from pipeline.kafka import retries, topicadmin
+from pipeline.kafka.fencing import FencedBrokers
 from pipeline.kafka.published import Published
 from pipeline.materialize.consumer import Materializer
 from pipeline.observe import metrics
@@ -261,6 +262,10 @@ class System:
             self.bootstrap = broker.bootstrap
             self.broker = broker
         replicated = await topicadmin.ensure_topics(settings, self.bootstrap)
+        # before the clients writes wait on are made: each is tracked
+        fenced = FencedBrokers(self.bootstrap)
+        await fenced.start()
+        self._on_stop("the fenced-broker watch", fenced.stop)
         # every part, Faust's topics included, replicates as the system's own
         self.settings = settings = replace(
             settings, replication_factor=replicated.factor,

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Set
 from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import AIOKafkaConnection, CloseReason
 from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.errors import KafkaConnectionError
@@ -92,6 +94,61 @@ def stop_consumers_without_their_fetches_cancellation() -> None:
     Patched once, however often called."""
     if not getattr(Fetcher.close, "closing_its_fetches_first", False):
         Fetcher.close = _closing_its_fetches_first(Fetcher.close)  # type: ignore[method-assign]
+
+
+#: every aiokafka client made in this process since :func:`track_clients`
+_CLIENTS: weakref.WeakSet[AIOKafkaClient] = weakref.WeakSet()
+
+
+def _tracked(init: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(init)
+    def initialising(self: AIOKafkaClient, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        _CLIENTS.add(self)
+    initialising.tracked = True  # type: ignore[attr-defined]
+    return initialising
+
+
+def track_clients() -> None:
+    """aiokafka's client (the one under every producer, consumer and admin
+    client, Faust's too), noting each one made in this process, for
+    :func:`clients`. Patched once, however often called."""
+    if not getattr(AIOKafkaClient.__init__, "tracked", False):
+        AIOKafkaClient.__init__ = _tracked(AIOKafkaClient.__init__)  # type: ignore[method-assign]
+
+
+def clients() -> list[AIOKafkaClient]:
+    """The aiokafka clients of this process not yet collected."""
+    return list(_CLIENTS)
+
+
+def bootstrap_of(client: AIOKafkaClient) -> str | list[str]:
+    """The bootstrap servers ``client`` was made with: which cluster it is of."""
+    servers: str | list[str] = client._bootstrap_servers
+    return servers
+
+
+def known_brokers(client: AIOKafkaClient) -> set[int]:
+    """The brokers a started ``client`` knows of (in its metadata, or
+    connected); none if it is not started, or closed."""
+    if client._sync_task is None:
+        return set()
+    return set(client.cluster._brokers) | {node for node, _ in client._conns
+                                           if isinstance(node, int)}
+
+
+def forget_brokers(client: AIOKafkaClient, nodes: Set[int]) -> None:
+    """Take ``nodes`` out of ``client``'s metadata and close its connections
+    to them: each request still waiting on one fails as a broken connection
+    (which aiokafka retries once it has asked the cluster again, of a broker
+    it still knows), and the client asks the cluster for its metadata."""
+    for node in nodes:
+        client.cluster._brokers.pop(node, None)
+    for key, conn in list(client._conns.items()):
+        if key[0] in nodes:
+            del client._conns[key]
+            conn.close(reason=CloseReason.CONNECTION_BROKEN)
+    client.force_metadata_update()
 
 
 # -- aiokafka: a consumer someone else created

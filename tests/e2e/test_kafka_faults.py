@@ -93,6 +93,7 @@ async def test_every_topic_has_three_replicas_two_in_sync(replicated: Replicated
 @pytest.mark.parametrize("fault", list(faults.FAULTS))
 async def test_a_broker_fault_loses_nothing_acknowledged(replicated: Replicated,
                                                          fault: str) -> None:
+    said = len(replicated.system.output)
     outcome = await faults.phase(fault, replicated.cluster, replicated.system.kubeconfig,
                                  replicated.settings, clients=16, before=5, after=5,
                                  progress=lambda message: None)
@@ -101,6 +102,11 @@ async def test_a_broker_fault_loses_nothing_acknowledged(replicated: Replicated,
     # writes went on before the fault and after it: a write outage, not an end
     assert any(a.at < outcome.injected for a in outcome.acks)
     assert any(a.at > outcome.recovered for a in outcome.acks)
+    if fault == "pause":
+        # the stopped broker, once Kafka fenced it, was dropped by `up`'s
+        # clients rather than after each request to it had timed out
+        assert any("Kafka has fenced broker" in line
+                   for line in replicated.system.output[said:]), outcome.detail
 
 
 @pytest.mark.timeout(900)

@@ -14,6 +14,8 @@ from typing import Any
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.cluster import BrokerMetadata
 from aiokafka.conn import AIOKafkaConnection, CloseReason
 from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.errors import KafkaConnectionError
@@ -231,3 +233,47 @@ def test_faust_keeps_the_state_the_project_reads_where_it_reads_it() -> None:
     for name in ("_producer", "_transaction_producers"):
         assert name in declared and hasattr(faust_aiokafka.Producer, name), name
     assert "flush_atmost" in vars(ProducerBuffer)
+
+
+# -- aiokafka: every client of the process, and the brokers each knows
+
+
+class _Conn:
+    """A connection of a client: what forget_brokers closes."""
+
+    def __init__(self) -> None:
+        self.closed: list[Any] = []
+
+    def close(self, reason: Any = None, exc: Any = None) -> None:
+        self.closed.append(reason)
+
+
+def as_started(client: AIOKafkaClient, brokers: list[int]) -> dict[int, _Conn]:
+    """``client`` as a started one knowing ``brokers``, each connected."""
+    client.cluster._brokers = {n: BrokerMetadata(n, "127.0.0.1", 9000 + n, None)
+                               for n in brokers}
+    conns = {n: _Conn() for n in brokers}
+    client._conns.update({(n, ConnectionGroup.DEFAULT): c for n, c in conns.items()})
+    client._sync_task = asyncio.get_running_loop().create_future()  # as bootstrap() sets
+    return conns
+
+
+@pytest.mark.asyncio
+async def test_clients_are_tracked_and_forget_the_brokers_they_are_told() -> None:
+    internals.track_clients()
+    init = AIOKafkaClient.__init__
+    internals.track_clients()
+    assert AIOKafkaClient.__init__ is init  # patched once
+    client = AIOKafkaClient(bootstrap_servers="127.0.0.1:9001,127.0.0.1:9002")
+    assert client in internals.clients()
+    assert internals.bootstrap_of(client) == "127.0.0.1:9001,127.0.0.1:9002"
+    assert internals.known_brokers(client) == set()  # not started: nothing to drop
+    conns = as_started(client, [1, 2, 3])
+    assert internals.known_brokers(client) == {1, 2, 3}
+    internals.forget_brokers(client, {2})
+    assert internals.known_brokers(client) == {1, 3}
+    assert client.cluster.broker_metadata(2) is None
+    assert conns[2].closed == [CloseReason.CONNECTION_BROKEN]
+    assert conns[1].closed == conns[3].closed == []
+    assert client._md_update_fut is not None  # it asks the cluster again
+    client._sync_task.cancel()
