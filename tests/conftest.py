@@ -18,7 +18,7 @@ from launcher.broker.jars import BrokerError, default_cache, ensure_jars
 
 TESTS = Path(__file__).resolve().parent
 #: the tiers that start a Kafka broker (in-process, or as `up` does)
-BROKER_TIERS = ("integration", "e2e", "cluster")
+BROKER_TIERS = ("integration", "e2e", "replicated", "cluster")
 _jars: dict[str, str] = {}  # "error": why the fetch failed
 
 

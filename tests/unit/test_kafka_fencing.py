@@ -1,7 +1,7 @@
 """A broker Kafka has fenced is dropped by every client of its cluster in the
 process (pipeline.kafka.fencing): the requests waiting on a broker that
 stopped answering fail at once and go to the new leaders. The cluster's own
-answers are the three-broker fault tests' (tests/e2e/test_kafka_faults.py)."""
+answers are the three-broker fault tests' (tests/replicated/test_kafka_faults.py)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
 from pipeline.settings import Settings
 from tests.e2e.conftest import BIN
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.replicated
 
 
 class Replicated:
