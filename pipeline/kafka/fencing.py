@@ -17,7 +17,12 @@ brokers it has registered and not fenced (a Metadata request naming no
 topic: the brokers only), and takes every other broker out of the metadata
 of each of the process's clients of that cluster, closing their connections
 to it. The requests waiting on it fail as broken connections, which aiokafka
-retries at once with fresh metadata, on the partitions' new leaders.
+retries at once with fresh metadata, on the partitions' new leaders. A
+client whose metadata lacks a broker that serves (one back from being
+fenced) is made to ask for it again: aiokafka connects only to brokers in
+its metadata, and its coordinator lookup, told of such a broker, retries
+without asking (in a fault run `up` stood still for minutes so, once the
+two brokers it had lost came back and took their partitions back).
 """
 
 from __future__ import annotations
@@ -102,7 +107,9 @@ class FencedBrokers:
         return None
 
     def drop_all_but(self, live: set[int]) -> None:
-        """Take every broker but ``live`` out of this cluster's clients."""
+        """Take every broker but ``live`` out of this cluster's clients, and
+        have each client that lacks one of ``live`` in its metadata (one
+        back from being fenced) ask for its metadata again."""
         dropped: set[int] = set()
         for client in internals.clients():
             if client is self._client or servers(internals.bootstrap_of(client)) \
@@ -112,6 +119,8 @@ class FencedBrokers:
             if gone:
                 internals.forget_brokers(client, gone)
                 dropped |= gone
+            elif live - (internals.brokers_in_metadata(client) or live):
+                internals.refresh_metadata(client)
         for node in sorted(dropped - self.fenced):
             log.warning("Kafka has fenced broker %d: its connections are dropped, and its"
                         " partitions' requests go to their new leaders", node)

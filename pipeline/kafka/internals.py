@@ -137,6 +137,22 @@ def known_brokers(client: AIOKafkaClient) -> set[int]:
                                            if isinstance(node, int)}
 
 
+def brokers_in_metadata(client: AIOKafkaClient) -> set[int] | None:
+    """The brokers in a started ``client``'s metadata (None: not started). A
+    broker missing there is one the client will not connect to: aiokafka's
+    coordinator lookup then retries for ever (until its next metadata
+    refresh, minutes later) when the coordinator it is told of is that
+    broker, as a broker back from being fenced can be."""
+    if client._sync_task is None:
+        return None
+    return set(client.cluster._brokers)
+
+
+def refresh_metadata(client: AIOKafkaClient) -> None:
+    """Have ``client`` ask the cluster for its metadata again, now."""
+    client.force_metadata_update()
+
+
 def forget_brokers(client: AIOKafkaClient, nodes: Set[int]) -> None:
     """Take ``nodes`` out of ``client``'s metadata and close its connections
     to them: each request still waiting on one fails as a broken connection

@@ -49,3 +49,22 @@ async def test_only_this_clusters_clients_drop_only_the_brokers_not_serving(
         for c in (ours, faust_style, another):
             c._sync_task.cancel()
     await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+async def test_a_client_whose_metadata_lacks_a_broker_back_asks_again() -> None:
+    internals.track_clients()
+    watch = FencedBrokers(CLUSTER)
+    behind = AIOKafkaClient(bootstrap_servers=CLUSTER)
+    current = AIOKafkaClient(bootstrap_servers=CLUSTER)
+    conns = as_started(behind, [1, 3])  # its metadata from while 2 was fenced
+    as_started(current, [1, 2, 3])
+    try:
+        watch.drop_all_but({1, 2, 3})
+        assert behind._md_update_fut is not None  # it asks the cluster again
+        assert current._md_update_fut is None
+        assert conns[1].closed == conns[3].closed == []
+    finally:
+        for c in (behind, current):
+            c._sync_task.cancel()
+    await asyncio.sleep(0)

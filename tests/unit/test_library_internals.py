@@ -268,8 +268,9 @@ async def test_clients_are_tracked_and_forget_the_brokers_they_are_told() -> Non
     assert client in internals.clients()
     assert internals.bootstrap_of(client) == "127.0.0.1:9001,127.0.0.1:9002"
     assert internals.known_brokers(client) == set()  # not started: nothing to drop
+    assert internals.brokers_in_metadata(client) is None
     conns = as_started(client, [1, 2, 3])
-    assert internals.known_brokers(client) == {1, 2, 3}
+    assert internals.known_brokers(client) == internals.brokers_in_metadata(client) == {1, 2, 3}
     internals.forget_brokers(client, {2})
     assert internals.known_brokers(client) == {1, 3}
     assert client.cluster.broker_metadata(2) is None
