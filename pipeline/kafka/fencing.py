@@ -67,14 +67,16 @@ class FencedBrokers:
         self._task: asyncio.Task[None] | None = None
         #: the brokers dropped, and not yet seen serving again
         self.fenced: set[int] = set()
+        #: the brokers serving, as the cluster last said
+        self.serving: set[int] = set()
         self._answered: int | None = None
+        self._bootstrapped = False
 
     async def start(self) -> None:
         internals.track_clients()
         self._client = AIOKafkaClient(bootstrap_servers=self._bootstrap,
                                       request_timeout_ms=ASK_TIMEOUT_MS,
                                       client_id="reports-fenced-brokers")
-        await self._client.bootstrap()
         self._task = asyncio.create_task(self._run(), name="fenced-brokers")
 
     async def stop(self) -> None:
@@ -85,14 +87,28 @@ class FencedBrokers:
                 await self._client.close()
 
     async def _run(self) -> None:
+        """Until cancelled. The watch is a help, not a part writes need: a
+        round that fails (Kafka unreachable, a client in a state not foreseen)
+        is said once and the next one tried."""
         assert self._client is not None
+        said = False
         while True:
-            live = await self._serving(self._client)
-            if live:
-                self.drop_all_but(live)
+            try:
+                if not self._bootstrapped:
+                    await self._client.bootstrap()
+                    self._bootstrapped = True
+                live = await self._ask(self._client)
+                if live:
+                    self.serving = live
+                    self.drop_all_but(live)
+            except Exception as err:  # noqa: BLE001 - said once, then tried again
+                if not said:
+                    log.warning("asking Kafka which brokers serve failed (%r); trying again"
+                                " every %g s", err, self._every)
+                    said = True
             await asyncio.sleep(self._every)
 
-    async def _serving(self, client: AIOKafkaClient) -> set[int] | None:
+    async def _ask(self, client: AIOKafkaClient) -> set[int] | None:
         """The brokers the cluster has registered and not fenced, as the first
         broker to answer says (None: none answered)."""
         nodes = [b.nodeId for b in client.cluster.brokers()]
