@@ -128,24 +128,24 @@ def bootstrap_of(client: AIOKafkaClient) -> str | list[str]:
     return servers
 
 
-def known_brokers(client: AIOKafkaClient) -> set[int]:
-    """The brokers a started ``client`` knows of (in its metadata, or
-    connected); none if it is not started, or closed."""
-    if client._sync_task is None:
-        return set()
-    return set(client.cluster._brokers) | {node for node, _ in client._conns
-                                           if isinstance(node, int)}
-
-
 def brokers_in_metadata(client: AIOKafkaClient) -> set[int] | None:
-    """The brokers in a started ``client``'s metadata (None: not started). A
-    broker missing there is one the client will not connect to: aiokafka's
-    coordinator lookup then retries for ever (until its next metadata
-    refresh, minutes later) when the coordinator it is told of is that
-    broker, as a broker back from being fenced can be."""
+    """The brokers in a started ``client``'s metadata (None: not started, or
+    closed). A broker missing there is one the client will not connect to:
+    aiokafka's coordinator lookup then retries for ever (until its next
+    metadata refresh, minutes later) when the coordinator it is told of is
+    that broker, as a broker back from being fenced can be."""
     if client._sync_task is None:
         return None
     return set(client.cluster._brokers)
+
+
+def known_brokers(client: AIOKafkaClient) -> set[int]:
+    """The brokers a started ``client`` knows of (in its metadata, or
+    connected); none if it is not started, or closed."""
+    in_metadata = brokers_in_metadata(client)
+    if in_metadata is None:
+        return set()
+    return in_metadata | {node for node, _ in client._conns if isinstance(node, int)}
 
 
 def refresh_metadata(client: AIOKafkaClient) -> None:
@@ -164,7 +164,7 @@ def forget_brokers(client: AIOKafkaClient, nodes: Set[int]) -> None:
         if key[0] in nodes:
             del client._conns[key]
             conn.close(reason=CloseReason.CONNECTION_BROKEN)
-    client.force_metadata_update()
+    refresh_metadata(client)
 
 
 # -- aiokafka: a consumer someone else created
