@@ -35,11 +35,11 @@ ORDER BY day, policy
 -- The 10 resources with the most high or critical failures in current reports.
 SELECT kind AS resource_kind, ns AS resource_namespace, resource_name, count() AS failures
 FROM reports FINAL
-ARRAY JOIN result_status AS status, result_severity AS severity, result_resource_kind AS kind,
-           result_resource_namespace AS ns, result_resource_name AS resource_name
+ARRAY JOIN failing_severity AS severity, failing_resource_kind AS kind,
+           failing_resource_namespace AS ns, failing_resource_name AS resource_name
 WHERE resource IN ('policyreports.wgpolicyk8s.io', 'clusterpolicyreports.wgpolicyk8s.io',
                    'reports.openreports.io', 'clusterreports.openreports.io')
-  AND status = 'fail' AND severity IN ('high', 'critical')
+  AND severity IN ('high', 'critical')
 GROUP BY resource_kind, resource_namespace, resource_name
 ORDER BY failures DESC, resource_namespace, resource_name
 LIMIT 10

@@ -358,11 +358,10 @@ def top_resources(f: Filters, current: Current = ONE_CLUSTER) -> Query:
                 " AS clusters" if current.cluster else "")
     return ("SELECT kind, ns, resource_name, count() AS failures,"
             " arrayStringConcat(arraySort(groupUniqArray(policy)), ', ') AS policies" + clusters +
-            f" FROM {current.table} FINAL ARRAY JOIN result_status AS status,"
-            " result_severity AS severity, result_resource_kind AS kind,"
-            " result_resource_namespace AS ns, result_resource_name AS resource_name,"
-            " result_policy AS policy"
-            " WHERE NOT deleted AND status = 'fail' AND severity IN {severities:Array(String)}"
+            f" FROM {current.table} FINAL ARRAY JOIN failing_severity AS severity,"
+            " failing_resource_kind AS kind, failing_resource_namespace AS ns,"
+            " failing_resource_name AS resource_name, failing_policy AS policy"
+            " WHERE NOT deleted AND severity IN {severities:Array(String)}"
             + where +
             " GROUP BY kind, ns, resource_name"
             " ORDER BY failures DESC, ns, resource_name LIMIT {top:UInt32}"), {

@@ -154,3 +154,50 @@ async def test_daily_fails_carries_each_policy_last_total_forward(tmp_path: Path
     assert [tuple(r) for r in daily] == [
         (day(3), "p", 4), (day(2), "p", 4), (day(2), "q", 7), (day(1), "p", 2),
         (day(1), "q", 7), (day(0), "p", 2), (day(0), "q", 7)]
+
+
+async def test_failing_results_columns_cover_reports_written_before_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 0012 gives the stored parts of a store made before it the
+    failing results' arrays: the top-resources question finds what the
+    result arrays hold, in the reports written before it and after it."""
+    from pipeline.clickhouse import connection
+    from pipeline.clickhouse.changes import ChangeWrites
+    from pipeline.model.messages import Change
+
+    settings = Settings.from_env({}, database=f"failing_{uuid.uuid4().hex[:8]}")
+    every = connection.migrations()
+    assert every[-1][1] == "0012_failing_results.sql"
+
+    def change(name: str, fail: int, severity: str, rv: int) -> Change:
+        obj = scored(name, "shop", fail=fail, severity=severity, score=None)
+        obj["metadata"].update(uid=f"uid-{name}", resourceVersion=str(rv))
+        return Change("ADDED", obj, rv)
+
+    async def write(*changes: Change) -> None:
+        clickhouse = Connection(settings, data_dir=tmp_path)
+        await clickhouse.start()
+        try:
+            await ChangeWrites(clickhouse).write_changes(
+                list(changes), topic="t", partition=0, offset=changes[-1].resource_version)
+        finally:
+            await clickhouse.close()
+
+    monkeypatch.setattr(connection, "migrations", lambda: every[:-1])
+    await write(change("web", 3, "high", 1), change("db", 2, "low", 2))
+    monkeypatch.setattr(connection, "migrations", lambda: every)
+    await write(change("api", 1, "critical", 3))
+
+    clickhouse = Connection(settings, data_dir=tmp_path)
+    await clickhouse.start()
+    store = AnalyticsQueries(clickhouse)
+    try:
+        _, top = await store.analytics(documented_queries()["top-resources"])
+        _, failing = await store.analytics(
+            "SELECT name, failing_policy = arrayFilter((x, s) -> s = 'fail', result_policy,"
+            " result_status), length(failing_resource_name) FROM reports FINAL ORDER BY name")
+    finally:
+        await store.close()
+        await clickhouse.close()
+    assert [(r[2], r[3]) for r in top] == [("web-pod", 3), ("api-pod", 1)]
+    assert [tuple(r) for r in failing] == [("api", True, 1), ("db", True, 2), ("web", True, 3)]
