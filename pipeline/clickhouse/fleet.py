@@ -103,14 +103,18 @@ class FleetStore:
                                         "last_change"))
 
     async def record_states(self, states: Sequence[SourceState]) -> None:
-        """Each source's state as the fleet sees it now, in one insert."""
+        """Each source's state as the fleet sees it now, in one insert. The
+        row's version is the time of this call, not of the insert: of two
+        calls whose inserts run the other way round (the fleet's round of
+        every source and a follower's change), the one seen last is kept."""
         if not states:
             return
+        seen = datetime.now(UTC)
         await self._connection.run(lambda client: client.insert(
             "fleet_sources", [[s.cluster, s.bootstrap, s.prefix, s.state, s.detail,
-                               s.last_contact] for s in states],
+                               s.last_contact, seen] for s in states],
             column_names=("cluster", "bootstrap", "prefix", "state", "detail",
-                          "last_contact")), operation="write")
+                          "last_contact", "updated")), operation="write")
 
     async def states(self) -> list[SourceState]:
         """Every source recorded, with the commit time of its newest change."""

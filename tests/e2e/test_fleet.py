@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from dashboard import filters
+from pipeline.fleet.follower import CONTACT_SECONDS
 from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import BIN, Up, client_for
 from tests.helpers import collection_path, report
@@ -32,6 +34,10 @@ REPORTS = ("SELECT count(), sum(fail) FROM {table} FINAL{where}")
 COUNTS = ("SELECT namespace, policy, fail FROM policy_counts FINAL WHERE {where} fail > 0"
           " ORDER BY namespace, policy")
 RESULTS = "SELECT count() FROM results FINAL{where}"
+#: a cluster's failing results as its aggregation agent has counted them, and
+#: as its reports hold them: the same once it has counted every report
+COUNTED = ("SELECT (SELECT sum(fail) FROM policy_counts FINAL),"
+           " (SELECT sum(fail) FROM reports FINAL WHERE NOT deleted)")
 
 
 async def ask(api: httpx.AsyncClient, sql: str, **params: Any) -> list[list[Any]]:
@@ -236,11 +242,26 @@ async def scenario(tmp_path: Path, started: list[Up]) -> tuple[Up, dict[str, int
         async def counted() -> bool:
             failing.clear()
             for name, api in apis.items():
-                failing[name] = (await ask(api, "SELECT sum(fail) FROM policy_counts FINAL"))[0][0]
+                [[counts, reports]] = await ask(api, COUNTED)
+                if counts != reports:
+                    return False  # counted on its way: the fleet may match it there
+                failing[name] = counts
             fleet_counts = await ask(fleet_api, "SELECT cluster, sum(fail) FROM policy_counts FINAL"
                                                 " GROUP BY cluster")
             return {c: n for c, n in fleet_counts} == failing
         await until(counted, 120)
+
+        # the dashboard shows the states the fleet records every CONTACT_SECONDS
+        sql, _ = filters.sources()
+
+        async def recorded_following() -> bool:
+            return {row[0]: row[1] for row in await ask(fleet_api, sql)} == dict.fromkeys(
+                apis, "following")
+        try:
+            await until(recorded_following, 3 * CONTACT_SECONDS)
+        except TimeoutError:
+            raise AssertionError(f"{await ask(fleet_api, sql)}; {await sources(fleet_api)}"
+                                 ) from None
         return fleet, failing
     finally:
         for api in [*apis.values(), *([fleet_api] if fleet_api else [])]:

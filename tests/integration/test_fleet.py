@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from dashboard.filters import Filters
 from kubeclient import target
 from launcher.fleet import Fleet, FleetOptions, resync
 from launcher.trends import TrendQuery, fetch
+from pipeline.clickhouse.connection import Connection
+from pipeline.clickhouse.fleet import FleetStore, SourceState
 from pipeline.fleet.follower import RESYNC
 from pipeline.fleet.sources import Source
 from pipeline.model.resources import RESOURCES
@@ -319,3 +322,35 @@ async def test_a_change_log_past_the_fleet_is_reported_then_resynced_from_the_ap
         assert (await fleet.states())[0].state == "following"
     finally:
         await fleet.stop()
+
+
+async def test_a_state_seen_later_is_kept_whatever_order_the_inserts_run(
+        make_settings, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """The fleet records every source's state on a round of its own while a
+    follower records its change at once; their inserts run on the store's
+    threads in either order. The state seen last is the one kept."""
+    connection = Connection(make_settings(), data_dir=data_dir)
+    await connection.start()
+    store = FleetStore(connection)
+    run = connection.run
+    held, later_written = asyncio.Event(), asyncio.Event()
+
+    async def first_held_back(fn: Any, **options: Any) -> Any:
+        held.set()
+        await later_written.wait()
+        return await run(fn, **options)
+
+    def seen(state: str) -> SourceState:
+        return SourceState("west", "127.0.0.1:9092", "e2e", state, "",
+                           datetime.now(UTC), None)
+    try:
+        connection.run = first_held_back  # type: ignore[method-assign]
+        round_of_all = asyncio.create_task(store.record_states([seen("unreachable")]))
+        await held.wait()  # the round saw west before it came back
+        connection.run = run  # type: ignore[method-assign]
+        await store.record_states([seen("following")])
+        later_written.set()
+        await round_of_all  # its insert runs after the later one's
+        assert [s.state for s in await store.states()] == ["following"]
+    finally:
+        await connection.close()
