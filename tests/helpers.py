@@ -14,6 +14,12 @@ from pipeline.model.resources import ResourceType
 from pipeline.model.versions import Progress
 from reportsamples.reports import SAMPLE
 
+#: a cluster's failing results as its aggregation agent has counted them, and
+#: as its current reports hold them: the same once it has counted every
+#: report (until then a fleet may match a count on its way)
+COUNTED = ("SELECT (SELECT sum(fail) FROM policy_counts FINAL),"
+           " (SELECT sum(fail) FROM reports FINAL WHERE NOT deleted)")
+
 
 @cache
 def _sample() -> dict[str, Any]:

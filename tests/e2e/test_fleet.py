@@ -25,7 +25,7 @@ from dashboard import filters
 from pipeline.fleet.follower import CONTACT_SECONDS
 from pipeline.model.resources import RESOURCES
 from tests.e2e.conftest import BIN, Up, client_for
-from tests.helpers import collection_path, report
+from tests.helpers import COUNTED, collection_path, report
 
 pytestmark = pytest.mark.e2e
 POLR = RESOURCES[0]
@@ -34,10 +34,6 @@ REPORTS = ("SELECT count(), sum(fail) FROM {table} FINAL{where}")
 COUNTS = ("SELECT namespace, policy, fail FROM policy_counts FINAL WHERE {where} fail > 0"
           " ORDER BY namespace, policy")
 RESULTS = "SELECT count() FROM results FINAL{where}"
-#: a cluster's failing results as its aggregation agent has counted them, and
-#: as its reports hold them: the same once it has counted every report
-COUNTED = ("SELECT (SELECT sum(fail) FROM policy_counts FINAL),"
-           " (SELECT sum(fail) FROM reports FINAL WHERE NOT deleted)")
 
 
 async def ask(api: httpx.AsyncClient, sql: str, **params: Any) -> list[list[Any]]:

@@ -32,7 +32,7 @@ from pipeline.fleet.follower import RESYNC
 from pipeline.fleet.sources import Source
 from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
-from tests.helpers import collection_path, report
+from tests.helpers import COUNTED, collection_path, report
 from tests.integration.conftest import serve
 
 pytestmark = pytest.mark.integration
@@ -70,12 +70,6 @@ async def what_fleet(fleet: Fleet, cluster: str) -> tuple[Any, ...]:
                              cluster))
 
 
-#: a cluster's aggregation agent has counted every current report: its
-#: failing results per policy add up to its reports' own count
-COUNTED = ("SELECT (SELECT sum(fail) FROM policy_counts FINAL)"
-           " = (SELECT sum(fail) FROM reports FINAL WHERE NOT deleted)")
-
-
 async def the_same(fleet: Fleet, clusters: dict[str, Any], *, history: bool = True,
                    timeout: float = 60) -> None:
     """Await every cluster's reports, current counts and (with ``history``)
@@ -87,7 +81,8 @@ async def the_same(fleet: Fleet, clusters: dict[str, Any], *, history: bool = Tr
         for name, running in clusters.items():
             while True:
                 held = (await what(running))[:parts]
-                if held[1] and (await source_rows(running, COUNTED))[0][0] \
+                [[counts, reports]] = await source_rows(running, COUNTED)
+                if held[1] and counts == reports \
                         and held == (await what_fleet(fleet, name))[:parts]:
                     break
                 await asyncio.sleep(0.3)
