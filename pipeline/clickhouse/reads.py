@@ -87,13 +87,14 @@ class ObjectReads:
         of them, fewer only at the end. Extra ``conditions`` reference bound
         ``params``; callers build both.
 
-        Read a span of keys at a time, a little longer than the objects still
-        wanted, bounded by a key that many rows on (rows read in key order,
-        stopping there). The span's rows are read as they lie, every version,
-        and each key's newest kept here, as FINAL would (FINAL merges them in
-        order inside ClickHouse, which costs more than reading them). The
+        One query reads the rows past the cursor in key order, every version,
+        a little more than the objects still wanted (ClickHouse reads the
+        primary key's order and stops at the limit); each key's newest is kept
+        here, as FINAL would (FINAL merges them in order inside ClickHouse,
+        which costs more than reading them). The last key read may have more
+        versions past the limit: it is read again by the next query. The
         conditions are a column, judged on that newest version, and only
-        matching objects' bodies leave ClickHouse, as bytes. A span that
+        matching objects' bodies leave ClickHouse, as bytes. A query that
         yields few objects (a selective condition, deletions, versions not
         yet merged) is followed by longer ones."""
         base = {**(params or {}), "r": resource}
@@ -113,16 +114,19 @@ class ObjectReads:
                 want = limit - len(out)
                 # a little more than wanted, for versions not yet merged away
                 span = min(scale * (want + want // 16 + 16), 1 << 20)
-                bound = dict(base)
-                where = scope + _past(namespace, cursor, bound)
-                upper = client.query(
-                    "SELECT namespace, name FROM reports WHERE " + " AND ".join(where)
-                    + " ORDER BY namespace, name LIMIT 1 OFFSET {span:UInt32}",
-                    parameters={**bound, "span": span - 1}).result_rows
-                if upper:
-                    where += _past(namespace, (upper[0][0], upper[0][1]), bound, upto=True)
-                rows = client.query(select + " AND ".join(where), parameters=bound,
-                                    column_formats={"body": "bytes"}).result_rows
+                bound = {**base, "span": span}
+                rows = client.query(
+                    select + " AND ".join(scope + _past(namespace, cursor, bound))
+                    + " ORDER BY namespace, name LIMIT {span:UInt32}", parameters=bound,
+                    column_formats={"body": "bytes"}).result_rows
+                exhausted = len(rows) < span
+                if not exhausted:
+                    last = (rows[-1][1], rows[-1][2])
+                    while rows and (rows[-1][1], rows[-1][2]) == last:
+                        rows.pop()
+                    if not rows:  # one key's versions filled the span
+                        scale *= 2
+                        continue
                 newest: dict[tuple[str, str], Sequence[Any]] = {}
                 for row in rows:
                     have = newest.get((row[1], row[2]))
@@ -131,26 +135,22 @@ class ObjectReads:
                 found = [StoredObject(int(r[0]), r[1], r[2], r[5])
                          for _, r in sorted(newest.items()) if r[4] and not r[3]]
                 out.extend(found[:want])
-                if not upper:
+                if exhausted:
                     break
-                cursor = (upper[0][0], upper[0][1])
+                cursor = (rows[-1][1], rows[-1][2])
                 if len(found) < want // 2:
                     scale *= 2
             return out
         return await self._connection.run(query)
 
 
-def _past(namespace: str | None, key: tuple[str, str] | None, params: dict[str, Any], *,
-          upto: bool = False) -> list[str]:
-    """The condition on keys past ``key`` (``upto``: up to it, inclusive), in
-    forms the primary key's index can use; binds its parameters in
-    ``params``."""
+def _past(namespace: str | None, key: tuple[str, str] | None, params: dict[str, Any]
+          ) -> list[str]:
+    """The condition on keys past ``key``, in forms the primary key's index
+    can use; binds its parameters in ``params``."""
     if key is None:
         return []
-    ns, name, op, namespaces = (("uns", "uname", "<=", "<=") if upto else
-                                ("ans", "aname", ">", ">="))
-    params.update({ns: key[0], name: key[1]})
+    params.update({"ans": key[0], "aname": key[1]})
     if namespace == key[0]:
-        return [f"name {op} {{{name}:String}}"]
-    return [f"namespace {namespaces} {{{ns}:String}} AND (namespace, name) {op}"
-            f" ({{{ns}:String}}, {{{name}:String}})"]
+        return ["name > {aname:String}"]
+    return ["namespace >= {ans:String} AND (namespace, name) > ({ans:String}, {aname:String})"]
