@@ -56,7 +56,7 @@ class MemoryFeed:
 
     def __init__(self, start: int = EMPTY_RESOURCE_VERSION):
         self.events: list[Event] = []
-        self._rv = start
+        self._rv = self._start = start
         self._subs: list[Subscription] = []
 
     def append(self, key: Key, cached: Cached, previous_rv: int) -> None:
@@ -71,6 +71,13 @@ class MemoryFeed:
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    @property
+    def stored(self) -> int:
+        return self._start
+
+    def holds_after(self, rv: int) -> bool:
+        return rv >= self._start
 
     async def sync(self, *, settle: bool = True) -> None:
         return None

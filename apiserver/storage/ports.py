@@ -73,6 +73,16 @@ class ChangeFeed(Protocol):
         """The highest resourceVersion read."""
         ...
 
+    @property
+    def stored(self) -> int:
+        """The resourceVersion up to which ClickHouse holds every change, as
+        last learnt (a read of ClickHouse begun now misses no older change)."""
+        ...
+
+    def holds_after(self, rv: int) -> bool:
+        """Whether the cache still holds every change after ``rv``."""
+        ...
+
     async def sync(self, *, settle: bool = True) -> None:
         """Until every change committed before the call is read (and, with
         ``settle``, ClickHouse holds everything older than the cache)."""

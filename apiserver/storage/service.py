@@ -35,6 +35,10 @@ Written = JSON | Cached
 def as_json(written: Written) -> JSON:
     return written.obj if isinstance(written, Cached) else written
 PAGE = 500
+#: Pages read ahead for the requests that will continue their lists, at
+#: most, and how long one waits for its request (seconds).
+READ_AHEAD = 8
+READ_AHEAD_SECONDS = 10.0
 #: Attempts of a patch whose object other writers keep changing (kube-apiserver
 #: retries such a patch until it applies).
 PATCH_RETRIES = 64
@@ -100,11 +104,27 @@ def _stored(row: StoredObject) -> Item:
     return Item(row.namespace, row.name, row.resource_version, raw=row.raw)
 
 
+#: a batch of a list read from the store: (the query's digest, the key it
+#: starts after, its size)
+BatchKey = tuple[str, tuple[str, str] | None, int]
+
+
+@dataclass
+class _ReadAhead:
+    """A batch read before its request came, with the resourceVersion up to
+    which the store held every change when the read began."""
+
+    reading: asyncio.Future[list[StoredObject]]
+    stored: int
+
+
 class ReportService:
     def __init__(self, *, store: ObjectReader, changelog: ChangeFeed, writer: WriteSubmitter):
         self._store = store
         self._changes = changelog
         self._writer = writer
+        #: the first batch of the pages clients will ask for next, oldest first
+        self._ahead: dict[BatchKey, _ReadAhead] = {}
 
     @property
     def resource_version(self) -> int:
@@ -229,14 +249,18 @@ class ReportService:
         last: tuple[str, str] | None = None
         # A page needs the item past its limit to know whether to continue: a
         # batch of PAGE + 1 keeps a page of up to PAGE items to one query.
-        items = self.iterate(query, after, batch=min(limit, PAGE) + 1 if limit else PAGE,
-                             as_of=result.resource_version, ahead=not limit or limit > PAGE)
+        batch = min(limit, PAGE) + 1 if limit else PAGE
+        items = self.iterate(query, after, batch=batch, as_of=result.resource_version,
+                             ahead=not limit or limit > PAGE)
         async with aclosing(items):
             async for item in (_with_snapshot(items, snapshot) if snapshot else items):
                 if limit and count == limit:
                     assert last is not None
                     result.continue_token = paging.encode(paging.Continue(
                         result.resource_version, last, query.digest()))
+                    # the next page's first batch is read while this one is
+                    # sent and its client asks for the next
+                    self._read_ahead(query, last, batch)
                     return
                 count += 1
                 last = (item.namespace, item.name)
@@ -252,17 +276,8 @@ class ReportService:
         writes go on holds no item newer than its own resourceVersion. With
         ``ahead``, for a reader who wants more than one batch, the next batch
         is read from ClickHouse while this one is sent."""
-        params: dict[str, Any] = {}
-        conditions = query.labels.sql(params) + query.fields.sql(params)
-
-        async def page(after: tuple[str, str] | None) -> list[StoredObject]:
-            rows: list[StoredObject] = await self._guard(self._store.list_page(
-                query.rtype.id, namespace=query.namespace, conditions=conditions,
-                params=params, after=after, limit=batch))
-            return rows
-
         def read(after: tuple[str, str] | None) -> asyncio.Future[list[StoredObject]]:
-            return asyncio.ensure_future(page(after))
+            return self._taken_ahead(query, after, batch) or self._read(query, after, batch)
         cursor = after
         reading = read(cursor)
         try:
@@ -295,6 +310,50 @@ class ReportService:
                 cursor = upper
         finally:
             _abandon(reading)
+
+    def _read(self, query: ListQuery, after: tuple[str, str] | None, batch: int
+              ) -> asyncio.Future[list[StoredObject]]:
+        """The store's ``batch`` current objects matching ``query`` past
+        ``after``, read from now on."""
+        params: dict[str, Any] = {}
+        conditions = query.labels.sql(params) + query.fields.sql(params)
+
+        async def page() -> list[StoredObject]:
+            rows: list[StoredObject] = await self._guard(self._store.list_page(
+                query.rtype.id, namespace=query.namespace, conditions=conditions,
+                params=params, after=after, limit=batch))
+            return rows
+        return asyncio.ensure_future(page())
+
+    def _read_ahead(self, query: ListQuery, after: tuple[str, str], batch: int) -> None:
+        """Begin reading the batch a request continuing ``query`` after
+        ``after`` will want first; dropped unasked after READ_AHEAD_SECONDS,
+        or when READ_AHEAD newer ones are waiting."""
+        key: BatchKey = (query.digest(), after, batch)
+        if key in self._ahead:
+            return
+        while len(self._ahead) >= READ_AHEAD:
+            _abandon(self._ahead.pop(next(iter(self._ahead))).reading)
+        ahead = _ReadAhead(self._read(query, after, batch), self._changes.stored)
+        self._ahead[key] = ahead
+
+        def expire() -> None:
+            if self._ahead.get(key) is ahead:
+                _abandon(self._ahead.pop(key).reading)
+        asyncio.get_running_loop().call_later(READ_AHEAD_SECONDS, expire)
+
+    def _taken_ahead(self, query: ListQuery, after: tuple[str, str] | None, batch: int
+                     ) -> asyncio.Future[list[StoredObject]] | None:
+        """The batch read ahead for this request, if one was and it is still
+        whole: every change the store may not have had when it was read is
+        still in the cache, which is overlaid on it as on any batch."""
+        ahead = self._ahead.pop((query.digest(), after, batch), None)
+        if ahead is None:
+            return None
+        if self._changes.holds_after(ahead.stored):
+            return ahead.reading
+        _abandon(ahead.reading)
+        return None
 
     async def _back_to(self, query: ListQuery, rv: int, after: tuple[str, str] | None,
                        upto: tuple[str, str] | None,

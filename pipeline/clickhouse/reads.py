@@ -115,10 +115,10 @@ class ObjectReads:
                 # a little more than wanted, for versions not yet merged away
                 span = min(scale * (want + want // 16 + 16), 1 << 20)
                 bound = {**base, "span": span}
-                rows = client.query(
+                rows = list(client.query(
                     select + " AND ".join(scope + _past(namespace, cursor, bound))
                     + " ORDER BY namespace, name LIMIT {span:UInt32}", parameters=bound,
-                    column_formats={"body": "bytes"}).result_rows
+                    column_formats={"body": "bytes"}).result_rows)
                 exhausted = len(rows) < span
                 if not exhausted:
                     last = (rows[-1][1], rows[-1][2])

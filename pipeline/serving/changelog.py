@@ -109,6 +109,13 @@ class ChangeLog:
     def resource_version(self) -> int:
         return self._rv
 
+    @property
+    def stored(self) -> int:
+        return self._watermark
+
+    def holds_after(self, rv: int) -> bool:
+        return self._history <= rv
+
     async def start(self) -> None:
         self._offsets = clientconfig.consumer(self._bootstrap)
         await self._offsets.start()

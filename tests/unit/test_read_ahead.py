@@ -1,0 +1,116 @@
+"""A paged list's next batch is read while its page is sent, for the request
+that continues it; what it serves is the list as of its first page, whatever
+changed between the read and the request, and a batch older than the cache's
+history is read again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from apiserver.storage.service import ListQuery, ReportService
+from pipeline.model.cache import Cached
+from pipeline.model.messages import Change
+from pipeline.model.resources import RESOURCES
+from pipeline.model.storage import StoredObject
+from tests.fakes import MemoryCommitter, MemoryFeed, MemoryReader
+from tests.helpers import report
+
+POLR = RESOURCES[0]
+
+
+def _stored(name: str, rv: int, fail: int = 0) -> StoredObject:
+    obj = report(POLR, name, "ns", fail=fail)
+    obj["metadata"]["resourceVersion"] = str(rv)
+    return StoredObject(rv, "ns", name, orjson.dumps(obj))
+
+
+class _Logged(MemoryReader):
+    """Logs each batch it is asked for, in ``log`` beside the test's own
+    marks; keeps the versions replaced by ``replace`` (as ClickHouse does
+    until it merges them)."""
+
+    def __init__(self, objects: list[tuple[str, StoredObject]], log: list[Any]):
+        super().__init__(objects)
+        self.log = log
+        self.replaced: list[StoredObject] = []
+
+    def replace(self, obj: StoredObject) -> None:
+        self.replaced.append(self.objects[(POLR.id, obj.namespace, obj.name)])
+        self.objects[(POLR.id, obj.namespace, obj.name)] = obj
+
+    async def list_page(self, resource: str, **kwargs: Any) -> list[StoredObject]:
+        self.log.append(("read", kwargs.get("after")))
+        return await super().list_page(resource, **kwargs)
+
+    async def versions(self, resource: str, wanted: Sequence[tuple[str, str, int]]
+                       ) -> dict[tuple[str, str], StoredObject]:
+        found = await super().versions(resource, wanted)
+        for o in self.replaced:
+            if (o.namespace, o.name, o.resource_version) in wanted:
+                found[(o.namespace, o.name)] = o
+        return found
+
+
+class _Forgetful(MemoryFeed):
+    """A feed whose history has moved past anything read before."""
+
+    def holds_after(self, rv: int) -> bool:
+        return False
+
+
+async def _paged(service: ReportService, log: list[Any], reader: _Logged,
+                 feed: MemoryFeed) -> tuple[list[tuple[str, int]], int]:
+    """Every object in pages of 3, and the resourceVersion of the first page;
+    between the first and second pages the store and the feed change an
+    object of the second (as the materializer and the change log would), and
+    an object is created in its range."""
+    out, token, rv = [], "", 0
+    for page in range(10):
+        await asyncio.sleep(0)  # the client's turn: a read begun by now has begun
+        log.append(("request", page))
+        listed = await service.list_objects(ListQuery(POLR, "ns"), limit=3,
+                                            continue_token=token)
+        out += [(item.name, item.resource_version) async for item in listed.items]
+        rv = rv or listed.resource_version
+        token = listed.continue_token
+        if page == 0:
+            changed = _stored("r-4", feed.resource_version + 1, fail=2)
+            reader.replace(changed)
+            feed.append((POLR.id, "ns", "r-4"), Cached.of(Change(
+                "MODIFIED", orjson.loads(changed.raw), changed.resource_version)), 4)
+            created = report(POLR, "r-35", "ns")
+            await service.create(POLR, "ns", created)
+        if not token:
+            return out, rv
+    raise AssertionError("the list did not end")
+
+
+async def test_the_next_batch_is_read_before_its_request_and_the_list_is_as_of_its_first_page(
+        ) -> None:
+    log: list[Any] = []
+    reader = _Logged([(POLR.id, _stored(f"r-{i}", i)) for i in range(1, 9)], log)
+    feed = MemoryFeed(start=reader.watermark())
+    service = ReportService(store=reader, changelog=feed, writer=MemoryCommitter(feed))
+    listed, _ = await _paged(service, log, reader, feed)
+    assert listed == [(f"r-{i}", i) for i in range(1, 9)]
+    # each continuing request found its first batch read already: the read
+    # after a page's last key came before the request for the next page
+    assert log == [("request", 0), ("read", None), ("read", ("ns", "r-3")),
+                   ("request", 1), ("read", ("ns", "r-6")),
+                   ("request", 2)]
+
+
+async def test_a_batch_read_before_the_caches_history_is_read_again() -> None:
+    log: list[Any] = []
+    reader = _Logged([(POLR.id, _stored(f"r-{i}", i)) for i in range(1, 9)], log)
+    feed = _Forgetful(start=reader.watermark())
+    service = ReportService(store=reader, changelog=feed, writer=MemoryCommitter(feed))
+    listed, _ = await _paged(service, log, reader, feed)
+    assert listed == [(f"r-{i}", i) for i in range(1, 9)]
+    assert log == [("request", 0), ("read", None), ("read", ("ns", "r-3")),
+                   ("request", 1), ("read", ("ns", "r-3")), ("read", ("ns", "r-6")),
+                   ("request", 2), ("read", ("ns", "r-6"))]
