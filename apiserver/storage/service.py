@@ -116,6 +116,15 @@ class _ReadAhead:
 
     reading: asyncio.Future[list[StoredObject]]
     stored: int
+    #: drops the read when no request has taken it in time
+    expiry: asyncio.TimerHandle | None = None
+
+    def drop(self) -> None:
+        """No request takes it: its timer goes, and with it the last
+        reference to the read (a timer keeps its callback until cancelled)."""
+        if self.expiry is not None:
+            self.expiry.cancel()
+        _abandon(self.reading)
 
 
 class ReportService:
@@ -333,14 +342,11 @@ class ReportService:
         if key in self._ahead:
             return
         while len(self._ahead) >= READ_AHEAD:
-            _abandon(self._ahead.pop(next(iter(self._ahead))).reading)
-        ahead = _ReadAhead(self._read(query, after, batch), self._changes.stored)
-        self._ahead[key] = ahead
-
-        def expire() -> None:
-            if self._ahead.get(key) is ahead:
-                _abandon(self._ahead.pop(key).reading)
-        asyncio.get_running_loop().call_later(READ_AHEAD_SECONDS, expire)
+            self._ahead.pop(next(iter(self._ahead))).drop()
+        ahead = self._ahead[key] = _ReadAhead(self._read(query, after, batch),
+                                              self._changes.stored)
+        ahead.expiry = asyncio.get_running_loop().call_later(
+            READ_AHEAD_SECONDS, lambda: self._ahead.pop(key).drop())
 
     def _taken_ahead(self, query: ListQuery, after: tuple[str, str] | None, batch: int
                      ) -> asyncio.Future[list[StoredObject]] | None:
@@ -350,6 +356,8 @@ class ReportService:
         ahead = self._ahead.pop((query.digest(), after, batch), None)
         if ahead is None:
             return None
+        if ahead.expiry is not None:
+            ahead.expiry.cancel()
         if self._changes.holds_after(ahead.stored):
             return ahead.reading
         _abandon(ahead.reading)

@@ -6,6 +6,8 @@ history is read again."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +30,10 @@ def _stored(name: str, rv: int, fail: int = 0) -> StoredObject:
     return StoredObject(rv, "ns", name, orjson.dumps(obj))
 
 
+class _Batch(list[StoredObject]):
+    """A batch as read (a list that can be referred to weakly)."""
+
+
 class _Logged(MemoryReader):
     """Logs each batch it is asked for, in ``log`` beside the test's own
     marks; keeps the versions replaced by ``replace`` (as ClickHouse does
@@ -37,6 +43,8 @@ class _Logged(MemoryReader):
         super().__init__(objects)
         self.log = log
         self.replaced: list[StoredObject] = []
+        #: every batch it answered, while something still holds it
+        self.batches: list[weakref.ref[_Batch]] = []
 
     def replace(self, obj: StoredObject) -> None:
         self.replaced.append(self.objects[(POLR.id, obj.namespace, obj.name)])
@@ -44,7 +52,9 @@ class _Logged(MemoryReader):
 
     async def list_page(self, resource: str, **kwargs: Any) -> list[StoredObject]:
         self.log.append(("read", kwargs.get("after")))
-        return await super().list_page(resource, **kwargs)
+        batch = _Batch(await super().list_page(resource, **kwargs))
+        self.batches.append(weakref.ref(batch))
+        return batch
 
     async def versions(self, resource: str, wanted: Sequence[tuple[str, str, int]]
                        ) -> dict[tuple[str, str], StoredObject]:
@@ -95,6 +105,12 @@ async def _read_with(feed_type: type[MemoryFeed]) -> list[Any]:
     feed = feed_type(start=reader.watermark())
     service = ReportService(store=reader, changelog=feed, writer=MemoryCommitter(feed))
     assert await _paged(service, log, reader, feed) == [(f"r-{i}", i) for i in range(1, 9)]
+    # nothing is held once the list is done (and the loop has had a turn, in
+    # which a finished read's callbacks let go of it): a read's objects are
+    # not kept until its expiry once a request has taken them
+    await asyncio.sleep(0)
+    gc.collect()
+    assert [ref() for ref in reader.batches] == [None] * len(reader.batches)
     return log
 
 
