@@ -117,13 +117,12 @@ class _ReadAhead:
     reading: asyncio.Future[list[StoredObject]]
     stored: int
     #: drops the read when no request has taken it in time
-    expiry: asyncio.TimerHandle | None = None
+    expiry: asyncio.TimerHandle
 
     def drop(self) -> None:
         """No request takes it: its timer goes, and with it the last
         reference to the read (a timer keeps its callback until cancelled)."""
-        if self.expiry is not None:
-            self.expiry.cancel()
+        self.expiry.cancel()
         _abandon(self.reading)
 
 
@@ -343,10 +342,10 @@ class ReportService:
             return
         while len(self._ahead) >= READ_AHEAD:
             self._ahead.pop(next(iter(self._ahead))).drop()
-        ahead = self._ahead[key] = _ReadAhead(self._read(query, after, batch),
-                                              self._changes.stored)
-        ahead.expiry = asyncio.get_running_loop().call_later(
+        expiry = asyncio.get_running_loop().call_later(
             READ_AHEAD_SECONDS, lambda: self._ahead.pop(key).drop())
+        self._ahead[key] = _ReadAhead(self._read(query, after, batch), self._changes.stored,
+                                      expiry)
 
     def _taken_ahead(self, query: ListQuery, after: tuple[str, str] | None, batch: int
                      ) -> asyncio.Future[list[StoredObject]] | None:
@@ -356,12 +355,11 @@ class ReportService:
         ahead = self._ahead.pop((query.digest(), after, batch), None)
         if ahead is None:
             return None
-        if ahead.expiry is not None:
-            ahead.expiry.cancel()
-        if self._changes.holds_after(ahead.stored):
-            return ahead.reading
-        _abandon(ahead.reading)
-        return None
+        if not self._changes.holds_after(ahead.stored):
+            ahead.drop()
+            return None
+        ahead.expiry.cancel()
+        return ahead.reading
 
     async def _back_to(self, query: ListQuery, rv: int, after: tuple[str, str] | None,
                        upto: tuple[str, str] | None,
