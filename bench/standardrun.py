@@ -9,14 +9,14 @@ import platform
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import orjson
 import psutil
@@ -29,6 +29,7 @@ from bench.traffic import Driver, Run, closed_loop, open_loop, polr_collection
 from bench.upprocess import RunningSystem
 from bench.workload import POLR_PATH, Mix, flip, resources
 from kubeclient import APIError
+from pipeline.runtime.processes import die_with_parent
 from pipeline.settings import Settings
 from pipeline.worker import WINDOWS_KEPT
 from reportsamples.reports import Resource
@@ -144,59 +145,74 @@ async def watch_lag(kubeconfig: Path, driver: Driver, pool: list[Resource], *,
                     watches: list[tuple[str, str | None]], rate: float, duration: float
                     ) -> tuple[list[float], int, list[float]]:
     """A watch of each (collection path, the namespace it sees, None for
-    every one); background writes at ``rate``; the lag of each event is its
-    arrival minus its write's start. Returns the lags, the events a watch
-    did not receive in time, and the writes' latencies."""
+    every one), read in a process of their own (``bench.watchers``);
+    background writes at ``rate``; the lag of each event is its arrival
+    minus its write's start. Returns the lags, the events a watch did not
+    receive in time, and the writes' latencies."""
     sent: dict[tuple[str, str, str], float] = {}
     driver.on_write = lambda res, rv, at: sent.__setitem__((res.namespace, res.uid, rv), at)
-    async with Client(kubeconfig, connections=0) as watch_client:
-        start = (await watch_client.get(f"{POLR_PATH}/policyreports?limit=1"))
-        rv = start["metadata"]["resourceVersion"]
-        arrivals: list[dict[tuple[str, str, str], float]] = [{} for _ in watches]
-        connected = asyncio.Semaphore(0)
+    async with Client(kubeconfig, connections=1) as client:
+        start = (await client.get(f"{POLR_PATH}/policyreports?limit=1"))
+    config = {"kubeconfig": str(kubeconfig), "watches": [path for path, _ in watches],
+              "resource_version": start["metadata"]["resourceVersion"],
+              "timeout": int(duration) + 60}
+    arrivals: list[dict[tuple[str, str, str], float]] = [{} for _ in watches]
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.watchers", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, limit=2**24, preexec_fn=die_with_parent())
+    assert child.stdin is not None and child.stdout is not None
+    stdout = child.stdout
+    connected = asyncio.get_running_loop().create_future()
 
-        async def watch(i: int) -> None:
-            collection, _ = watches[i]
-            path = (f"{collection}{'&' if '?' in collection else '?'}watch=1"
-                    f"&resourceVersion={rv}&timeoutSeconds={int(duration) + 60}")
-            async for at, event in _watch_events(watch_client, path, connected):
-                meta = event["object"]["metadata"]
-                arrivals[i][(meta.get("namespace", ""), meta["name"],
-                             meta["resourceVersion"])] = at
+    async def read() -> None:
+        async for line in stdout:
+            fields = line.rstrip(b"\n").split(b"\t")
+            if fields[0] == b"connected":
+                connected.set_result(None)
+            elif fields[0] == b"error":
+                failed = RuntimeError(f"a watch failed: {fields[1].decode()}")
+                if not connected.done():
+                    connected.set_exception(failed)
+                raise failed
+            else:
+                i, ns, name, rv, at = fields
+                arrivals[int(i)][(ns.decode(), name.decode(), rv.decode())] = float(at)
+        if not connected.done():
+            connected.set_exception(RuntimeError("the watchers' process ended"))
 
-        tasks = [asyncio.create_task(watch(i)) for i in range(len(watches))]
+    reading = asyncio.create_task(read())
+    try:
+        child.stdin.write(orjson.dumps(config) + b"\n")
+        await child.stdin.drain()
+        await asyncio.wait_for(asyncio.shield(connected), 60 + len(watches) / 10)
+        run = await open_loop(driver, pool, rate=rate, duration=duration, kind="background")
+
+        def expected(i: int) -> set[tuple[str, str, str]]:
+            ns = watches[i][1]
+            return {k for k in sent if ns is None or k[0] == ns}
+        wanted = [expected(i) for i in range(len(watches))]
+        deadline = time.perf_counter() + 10
+        while time.perf_counter() < deadline and not reading.done() and any(
+                not want <= got.keys() for want, got in zip(wanted, arrivals, strict=True)):
+            await asyncio.sleep(0.05)
+        if reading.done():
+            reading.result()  # a watch that failed says why
+    finally:
+        driver.on_write = None
+        if child.stdin is not None and not child.stdin.is_closing():
+            child.stdin.close()
         try:
-            for _ in watches:
-                await asyncio.wait_for(connected.acquire(), 60)
-            run = await open_loop(driver, pool, rate=rate, duration=duration,
-                                  kind="background")
-
-            def expected(i: int) -> set[tuple[str, str, str]]:
-                ns = watches[i][1]
-                return {k for k in sent if ns is None or k[0] == ns}
-            wanted = [expected(i) for i in range(len(watches))]
-            deadline = time.perf_counter() + 10
-            while time.perf_counter() < deadline and any(
-                    not want <= got.keys() for want, got in zip(wanted, arrivals, strict=True)):
-                await asyncio.sleep(0.05)
-        finally:
-            driver.on_write = None
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.wait_for(child.wait(), 30)
+        except TimeoutError:
+            child.kill()
+            await child.wait()
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
     lags = [got[key] - sent[key] for want, got in zip(wanted, arrivals, strict=True)
             for key in want if key in got]
     missing = sum(1 for want, got in zip(wanted, arrivals, strict=True)
                   for key in want if key not in got)
     return lags, missing, run.writes()
-
-
-async def _watch_events(client: Client, path: str, connected: asyncio.Semaphore
-                        ) -> AsyncIterator[tuple[float, Any]]:
-    async with client.api.stream(path) as events:
-        connected.release()
-        async for event in events:
-            yield time.perf_counter(), event
 
 
 async def run(options: Options, *, progress: Callable[[str], None] = print) -> Report:
