@@ -199,7 +199,7 @@ async def watch_lag(kubeconfig: Path, driver: Driver, pool: list[Resource], *,
             reading.result()  # a watch that failed says why
     finally:
         driver.on_write = None
-        if child.stdin is not None and not child.stdin.is_closing():
+        if not child.stdin.is_closing():
             child.stdin.close()
         try:
             await asyncio.wait_for(child.wait(), 30)

@@ -54,14 +54,22 @@ async def serve(config: dict[str, Any], out: Callable[[bytes], None],
                     meta["resourceVersion"].encode(), at))
 
         tasks = [asyncio.create_task(watch(i)) for i in range(len(watches))]
-        live = set(tasks)
+        # the first watch to end with an error ends them all (one the server
+        # ends is not waited for)
+        failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def ended(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None and not failed.done():
+                failed.set_exception(task.exception())  # type: ignore[arg-type]
+        for t in tasks:
+            t.add_done_callback(ended)
         stopping = asyncio.create_task(stop.wait())
         try:
             for _ in watches:
-                await _first(connected.acquire(), stopping, live)
+                await _first(connected.acquire(), stopping, failed)
             out(b"connected\n")
             while not stop.is_set():
-                await _first(asyncio.sleep(FLUSH_SECONDS), stopping, live)
+                await _first(asyncio.sleep(FLUSH_SECONDS), stopping, failed)
                 if pending:
                     out(b"".join(pending))
                     pending.clear()
@@ -72,19 +80,16 @@ async def serve(config: dict[str, Any], out: Callable[[bytes], None],
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _first(step: Any, stopping: asyncio.Task[Any], live: set[asyncio.Task[None]]
+async def _first(step: Any, stopping: asyncio.Task[Any], failed: asyncio.Future[None]
                  ) -> None:
-    """Waits for ``step`` (or the stop); a watch that ended with an error
-    raises it, one that the server ended is no longer waited for."""
+    """Waits for ``step``, or the stop; a watch's error raises."""
     waited = asyncio.ensure_future(step)
-    done, _ = await asyncio.wait([waited, stopping, *live],
+    done, _ = await asyncio.wait([waited, stopping, failed],
                                  return_when=asyncio.FIRST_COMPLETED)
     if waited not in done:
         waited.cancel()
-    for t in done & live:
-        live.discard(t)
-        if t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+    if failed in done:
+        failed.result()
 
 
 async def _events(client: Client, path: str, connected: asyncio.Semaphore
@@ -115,7 +120,8 @@ async def main() -> int:
     try:
         await serve(config, out, stop)
     except Exception as err:  # noqa: BLE001 - said to the parent, which raises it
-        out(b"error\t%s\n" % str(err or type(err).__name__).encode(errors="replace"))
+        why = " ".join((str(err) or type(err).__name__).split())  # one line, no tabs
+        out(b"error\t%s\n" % why.encode(errors="replace"))
         return 1
     finally:
         closed.cancel()
