@@ -29,9 +29,9 @@ from bench.traffic import Driver, Run, closed_loop, open_loop, polr_collection
 from bench.upprocess import RunningSystem
 from bench.workload import POLR_PATH, Mix, flip, resources
 from kubeclient import APIError
+from pipeline.model.topics import WINDOWS_KEPT
 from pipeline.runtime.processes import die_with_parent
 from pipeline.settings import Settings
-from pipeline.worker import WINDOWS_KEPT
 from reportsamples.reports import Resource
 
 MB = 1024 * 1024

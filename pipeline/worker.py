@@ -27,6 +27,7 @@ from pipeline.aggregate.agent import AggregateStore, Aggregator, Topics
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.state import Committer
 from pipeline.kafka import changelog, clientconfig, transport
+from pipeline.model import topics
 from pipeline.model.messages import Change
 from pipeline.model.topics import PARTITION
 from pipeline.model.versions import Progress
@@ -69,11 +70,6 @@ class Table(faust.Table):  # type: ignore[misc]
         return cast(list[Awaitable[Any]], self.__dict__.pop("_unconfirmed", []))
 
 
-#: closed windows of activity the worker keeps in memory (late changes still
-#: count in them); its memory is full once this many windows have passed
-WINDOWS_KEPT = 3
-
-
 def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
               data_dir: Path) -> faust.App:
     app = faust.App(
@@ -106,16 +102,21 @@ def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
     changes = app.topic(settings.changes_topic, key_serializer="raw", value_serializer="raw",
                         partitions=1, internal=False)
 
-    contributions = cast(Table, app.Table(f"{settings.topic_prefix}-contributions",
-                                          default=None, partitions=1, key_type=str,
-                                          use_partitioner=True,
-                                          extra_topic_configs=replicated))
-    activity_table = cast(Table, app.Table(f"{settings.topic_prefix}-activity", default=int,
-                                           partitions=1, key_type=str, use_partitioner=True,
-                                           extra_topic_configs=replicated))
+    # their changelog topics are made with the system's (topicadmin); where
+    # Faust makes one, it takes the same segments
+    contributions_name = topics.contributions_table(settings)
+    contributions = cast(Table, app.Table(
+        contributions_name, default=None, partitions=1, key_type=str, use_partitioner=True,
+        extra_topic_configs={**replicated, **topics.table_segments(settings,
+                                                                   contributions_name)}))
+    activity_name = topics.activity_table(settings)
+    activity_table = cast(Table, app.Table(
+        activity_name, default=int, partitions=1, key_type=str, use_partitioner=True,
+        extra_topic_configs={**replicated, **topics.table_segments(settings, activity_name)}))
+    # its memory is full once WINDOWS_KEPT windows have passed
     activity = activity_table.tumbling(
         settings.window_seconds,
-        expires=timedelta(seconds=settings.window_seconds * WINDOWS_KEPT))
+        expires=timedelta(seconds=settings.window_seconds * topics.WINDOWS_KEPT))
 
     async def publish(topic: str, key: bytes, value: bytes) -> Any:
         return await app.producer.send(topic, key, value, PARTITION, None, None)

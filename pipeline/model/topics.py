@@ -7,8 +7,12 @@
 - summaries are a table (the last record per key): compacted, with window
   records deleted after a while.
 
-Faust creates the changelog topics of its own tables (compacted; the windowed
-table's also deleted after its windows expire).
+- the aggregation agent's tables' changelogs (Faust's, named as Faust names
+  them) are read back whole whenever the agent starts: compacted, the
+  windowed table's also deleted once its windows have expired, each in
+  segments small enough for Kafka to compact and delete (it does so only to
+  closed segments), so that what is read back follows the tables' contents,
+  not every update they ever had.
 """
 
 from __future__ import annotations
@@ -20,6 +24,14 @@ from pipeline.settings import Settings
 #: Largest record batch any topic accepts (a report may be several MiB).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 HOUR_MS = 3_600_000
+#: Closed windows of activity the aggregation agent keeps (late changes still
+#: count in them); its windowed table's changelog keeps as long.
+WINDOWS_KEPT = 3
+#: The largest segment of a table's changelog. Kafka compacts and deletes
+#: only closed segments; with its defaults (1 GiB, 7 days) a changelog's
+#: segment did not close, and the agent read back every update ever made
+#: (several activity records a report written) each time it started.
+TABLE_SEGMENT_BYTES = 64 * 1024 * 1024
 #: Every topic has this one partition: the change log's order is the
 #: resourceVersion order. Producers name it, so no key is hashed.
 PARTITION = 0
@@ -52,6 +64,30 @@ class TopicSpec:
     name: str
     role: str
     config: dict[str, str]
+
+
+def contributions_table(settings: Settings) -> str:
+    """The aggregation agent's table of each report's contribution."""
+    return f"{settings.topic_prefix}-contributions"
+
+
+def activity_table(settings: Settings) -> str:
+    """The aggregation agent's windowed table of activity."""
+    return f"{settings.topic_prefix}-activity"
+
+
+def changelog_topic(settings: Settings, table: str) -> str:
+    """The changelog topic Faust keeps a table in."""
+    return f"{settings.app_id}-{table}-changelog"
+
+
+def table_segments(settings: Settings, table: str) -> dict[str, str]:
+    """How often the segments of ``table``'s changelog close: the windowed
+    table's once a window, the other's hourly, each at
+    ``TABLE_SEGMENT_BYTES`` at most."""
+    every = (settings.window_seconds * 1000 if table == activity_table(settings)
+             else HOUR_MS)
+    return {"segment.ms": str(every), "segment.bytes": str(TABLE_SEGMENT_BYTES)}
 
 
 def _ms(hours: float) -> str:
@@ -87,4 +123,13 @@ def specs(settings: Settings, replicated: Replication | None = None) -> list[Top
             "retention.ms": _ms(settings.summaries_retention_days * 24),
             "segment.ms": str(6 * HOUR_MS), "min.cleanable.dirty.ratio": "0.25",
             "delete.retention.ms": str(24 * HOUR_MS)}),
+        TopicSpec(changelog_topic(settings, contributions_table(settings)),
+                  "the aggregation agent's contributions table (Faust's changelog)", {
+                      **base, "cleanup.policy": "compact",
+                      **table_segments(settings, contributions_table(settings))}),
+        TopicSpec(changelog_topic(settings, activity_table(settings)),
+                  "the aggregation agent's windowed activity table (Faust's changelog)", {
+                      **base, "cleanup.policy": "compact,delete",
+                      "retention.ms": str(settings.window_seconds * WINDOWS_KEPT * 1000),
+                      **table_segments(settings, activity_table(settings))}),
     ]

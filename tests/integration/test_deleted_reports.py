@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from pipeline.aggregate import counts as aggregate
-from pipeline.model import objects
+from pipeline.model import objects, topics
 from pipeline.model.resources import RESOURCES
 from tests.helpers import collection_path, report
 from tests.kafka import committed
@@ -53,7 +53,7 @@ async def test_a_deleted_report_leaves_no_contribution(start, make_settings) -> 
     assert (await running.client.delete(f"{path}/r1")).status_code == 200
     await counts_match(running.client)
 
-    changelog = f"{settings.app_id}-{settings.topic_prefix}-contributions-changelog"
+    changelog = topics.changelog_topic(settings, topics.contributions_table(settings))
     def key(name: str) -> bytes:  # Faust's keys are JSON
         return orjson.dumps(objects.object_key(POLR, "ns", name))
     deleted = key("r1")

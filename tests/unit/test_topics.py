@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.model.topics import HOUR_MS, Replication, replication, specs
+from pipeline.model.topics import HOUR_MS, WINDOWS_KEPT, Replication, replication, specs
 from pipeline.settings import Settings
 
 
@@ -13,7 +13,8 @@ def test_each_topic_has_a_policy_for_its_role() -> None:
                                  changes_retention_hours=48, changes_retention_bytes=10**9)
     by_name = {t.name: t.config for t in specs(settings)}
     assert set(by_name) == {"p.requests", "p.replies", "p.changes", "p.result-events",
-                            "p.summaries"}
+                            "p.summaries", "p-pipeline-p-contributions-changelog",
+                            "p-pipeline-p-activity-changelog"}
     for name in ("p.requests", "p.replies"):
         assert by_name[name]["cleanup.policy"] == "delete"
         assert by_name[name]["retention.ms"] == str(HOUR_MS // 2)
@@ -26,6 +27,22 @@ def test_each_topic_has_a_policy_for_its_role() -> None:
     assert by_name["p.summaries"]["cleanup.policy"] == "compact,delete"
     assert by_name["p.result-events"]["cleanup.policy"] == "delete"
     assert all(int(c["max.message.bytes"]) >= 3 * 1024 * 1024 for c in by_name.values())
+
+
+def test_the_agents_table_changelogs_close_segments_kafka_can_compact_and_delete() -> None:
+    settings = Settings.from_env({}, topic_prefix="p", window_seconds=60)
+    by_name = {t.name: t.config for t in specs(settings)}
+    contributions = by_name["p-pipeline-p-contributions-changelog"]
+    assert contributions["cleanup.policy"] == "compact"
+    activity = by_name["p-pipeline-p-activity-changelog"]
+    # deleted once its windows have expired, as Faust keeps them
+    assert activity["cleanup.policy"] == "compact,delete"
+    assert activity["retention.ms"] == str(WINDOWS_KEPT * 60_000)
+    for config in (contributions, activity):
+        assert int(config["segment.ms"]) <= HOUR_MS
+        assert int(config["segment.bytes"]) <= 64 * 1024 * 1024
+    # a window's segment closes before the window has expired
+    assert int(activity["segment.ms"]) < int(activity["retention.ms"])
 
 
 def test_three_replicas_two_in_sync_wherever_the_cluster_has_three_brokers() -> None:

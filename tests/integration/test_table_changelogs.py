@@ -1,0 +1,45 @@
+"""The aggregation agent's tables' changelogs are made, and an older one
+(Faust's own, in Kafka's default segments) is brought up to date, with
+segments that close: Kafka compacts and deletes nothing else, and the agent
+reads a changelog back whole whenever it starts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from pipeline.kafka import topicadmin
+from pipeline.model import topics
+from pipeline.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+async def test_table_changelogs_roll_their_segments(
+        make_settings: Callable[..., Settings], kafka: str) -> None:
+    settings = make_settings(window_seconds=30)
+    contributions = topics.changelog_topic(settings, topics.contributions_table(settings))
+    activity = topics.changelog_topic(settings, topics.activity_table(settings))
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+    await admin.start()
+    try:
+        # as Faust made it before: compacted, in Kafka's default segments
+        await admin.create_topics([NewTopic(contributions, 1, 1,
+                                            topic_configs={"cleanup.policy": "compact"})])
+        await topicadmin.ensure_topics(settings, kafka)
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t) for t in (contributions, activity)])
+    finally:
+        await admin.close()
+    config = {name: {e[0]: e[1] for e in entries} for response in responses
+              for _err, _msg, _type, name, entries in response.resources}
+    assert config[contributions]["cleanup.policy"] == "compact"
+    assert config[contributions]["segment.ms"] == str(topics.HOUR_MS)
+    assert config[contributions]["segment.bytes"] == str(topics.TABLE_SEGMENT_BYTES)
+    assert config[activity]["cleanup.policy"] == "compact,delete"
+    assert config[activity]["retention.ms"] == str(30 * topics.WINDOWS_KEPT * 1000)
+    assert config[activity]["segment.ms"] == "30000"
+    assert config[activity]["segment.bytes"] == str(topics.TABLE_SEGMENT_BYTES)
