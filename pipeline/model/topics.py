@@ -81,6 +81,13 @@ def changelog_topic(settings: Settings, table: str) -> str:
     return f"{settings.app_id}-{table}-changelog"
 
 
+def activity_retention_ms(settings: Settings) -> int:
+    """How long the windowed table's changelog keeps a record: a window more
+    than Faust keeps a window past its end (a window's first record must
+    outlast the window, or a restart would read it back short)."""
+    return settings.window_seconds * (WINDOWS_KEPT + 1) * 1000
+
+
 def table_segments(settings: Settings, table: str) -> dict[str, str]:
     """How often the segments of ``table``'s changelog close: the windowed
     table's once a window, the other's hourly, each at
@@ -130,6 +137,6 @@ def specs(settings: Settings, replicated: Replication | None = None) -> list[Top
         TopicSpec(changelog_topic(settings, activity_table(settings)),
                   "the aggregation agent's windowed activity table (Faust's changelog)", {
                       **base, "cleanup.policy": "compact,delete",
-                      "retention.ms": str(settings.window_seconds * WINDOWS_KEPT * 1000),
+                      "retention.ms": str(activity_retention_ms(settings)),
                       **table_segments(settings, activity_table(settings))}),
     ]

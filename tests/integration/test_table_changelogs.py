@@ -5,6 +5,7 @@ reads a changelog back whole whenever it starts."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +19,13 @@ from pipeline.settings import Settings
 pytestmark = pytest.mark.integration
 
 
+async def _configs(admin: AIOKafkaAdminClient, *names: str) -> dict[str, dict[str, str]]:
+    responses = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, t) for t in names])
+    return {name: {e[0]: e[1] for e in entries} for response in responses
+            for _err, _msg, _type, name, entries in response.resources}
+
+
 async def test_table_changelogs_roll_their_segments(
         make_settings: Callable[..., Settings], kafka: str) -> None:
     settings = make_settings(window_seconds=30)
@@ -29,17 +37,21 @@ async def test_table_changelogs_roll_their_segments(
         # as Faust made it before: compacted, in Kafka's default segments
         await admin.create_topics([NewTopic(contributions, 1, 1,
                                             topic_configs={"cleanup.policy": "compact"})])
+        async with asyncio.timeout(10):
+            while contributions not in await admin.list_topics():
+                await asyncio.sleep(0.1)
         await topicadmin.ensure_topics(settings, kafka)
-        responses = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, t) for t in (contributions, activity)])
+        # a broker takes a policy from the controller's log a moment later
+        async with asyncio.timeout(10):
+            while (config := await _configs(admin, contributions, activity))[contributions].get(
+                    "segment.bytes") != str(topics.TABLE_SEGMENT_BYTES):
+                await asyncio.sleep(0.1)
     finally:
         await admin.close()
-    config = {name: {e[0]: e[1] for e in entries} for response in responses
-              for _err, _msg, _type, name, entries in response.resources}
     assert config[contributions]["cleanup.policy"] == "compact"
     assert config[contributions]["segment.ms"] == str(topics.HOUR_MS)
     assert config[contributions]["segment.bytes"] == str(topics.TABLE_SEGMENT_BYTES)
     assert config[activity]["cleanup.policy"] == "compact,delete"
-    assert config[activity]["retention.ms"] == str(30 * topics.WINDOWS_KEPT * 1000)
+    assert config[activity]["retention.ms"] == str(topics.activity_retention_ms(settings))
     assert config[activity]["segment.ms"] == "30000"
     assert config[activity]["segment.bytes"] == str(topics.TABLE_SEGMENT_BYTES)
