@@ -316,15 +316,24 @@ async def _child(fd: int) -> None:
     trim = asyncio.create_task(memory.trim_periodically(settings.malloc_trim_seconds))
     app = build_app(settings, store, bootstrap=bootstrap, data_dir=Path(data_dir))
     await store.started()
-    try:
+
+    async def work() -> None:
         await app.start()  # its tables recovered, its agent at work
         await store.ready()
-        parent_gone = asyncio.create_task(store.closed.wait())
-        stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait({parent_gone, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.Future()  # until stopped
+
+    # a stop or the parent's death ends the process while its tables are
+    # still recovering too (with a million reports, for minutes)
+    working = asyncio.create_task(work(), name="agent")
+    parent_gone = asyncio.create_task(store.closed.wait())
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({working, parent_gone, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if working.done():
+            working.result()  # its start failed: say why
+    finally:
         await cancel(parent_gone)
         await cancel(stopped)
-    finally:
         # Faust's stop can wait for ever once its agent crashed (it does when
         # the parent is gone mid-batch) and lets no timeout cancel it: the
         # process ends by this timer then. What it had not acknowledged is
@@ -333,6 +342,7 @@ async def _child(fd: int) -> None:
         _exit_within(PARENT_GONE_SECONDS if gone else STOP_SECONDS - 2)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_SECONDS - 2):
+                await cancel(working)
                 await app.stop()
         await cancel(trim)
         await store.close()

@@ -43,7 +43,10 @@ def test_a_killed_up_takes_its_broker_and_agent_with_it(up: Callable[[], Up]) ->
     system.kill()
     deadline = time.monotonic() + 20
     while not (gone(broker) and gone(agent)):
-        assert time.monotonic() < deadline, "a child outlived its parent"
+        assert time.monotonic() < deadline, (
+            "outlived their parent: " + ", ".join(
+                name for name, child in (("the broker", broker), ("the agent", agent))
+                if not gone(child)))
         time.sleep(0.05)
 
 
