@@ -26,7 +26,7 @@ from pipeline.aggregate import counts as aggregate
 from pipeline.aggregate.agent import AggregateStore, Aggregator, Topics
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.state import Committer
-from pipeline.kafka import changelog, clientconfig, transport
+from pipeline.kafka import changelog, clientconfig, tablerecovery, transport
 from pipeline.model import topics
 from pipeline.model.messages import Change
 from pipeline.model.topics import PARTITION
@@ -126,6 +126,8 @@ def build_app(settings: Settings, store: AggregateStore, *, bootstrap: str,
                                                            settings.summaries_topic),
                             cluster=settings.cluster, window_seconds=settings.window_seconds)
     app.aggregator = aggregator  # type: ignore[attr-defined]
+    # a recovery whose records Kafka deleted before it read them still ends
+    app.add_dependency(tablerecovery.RecoveryPastDeletedRecords(app))
 
     @app.timer(interval=SUMMARIES_REFRESH_SECONDS)
     async def refresh_summaries() -> None:

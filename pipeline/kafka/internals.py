@@ -23,7 +23,7 @@ from aiokafka.conn import AIOKafkaConnection, CloseReason
 from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.producer import sender as aiokafka_sender
-from faust.types import AppT, ChannelT
+from faust.types import TP, AppT, ChannelT
 
 # -- aiokafka: patches of the library itself, made once at import by
 # -- pipeline.kafka.clientconfig
@@ -243,3 +243,35 @@ def channels_by_topic(app: AppT) -> Mapping[str, Set[ChannelT]]:
     name: Faust's conductor's index, by which it hands a record over."""
     index: Mapping[str, Set[ChannelT]] = cast(Any, app.topics)._topic_name_index
     return index
+
+
+def recovery_behind(app: AppT) -> dict[TP, int]:
+    """The changelog partitions of the app's active tables that Faust's
+    recovery, under way, still waits on, each with the offset it waits to
+    have read: the last one the partition had when the recovery began (its
+    "highwater"). Faust's recovery service keeps both, offset by offset."""
+    recovery = cast(Any, app.tables).recovery
+    if not recovery.in_recovery:
+        return {}
+    offsets = recovery.active_offsets
+    return {tp: highwater for tp, highwater in recovery.active_highwaters.items()
+            if highwater is not None and offsets[tp] is not None and offsets[tp] < highwater}
+
+
+def recovery_offset(app: AppT, tp: TP) -> int | None:
+    """The last offset of ``tp`` that Faust's recovery has read."""
+    offset: int | None = cast(Any, app.tables).recovery.active_offsets[tp]
+    return offset
+
+
+def changelog_records_waiting(app: AppT) -> bool:
+    """Whether records read from the tables' changelogs wait in Faust's
+    queue to be applied."""
+    return not cast(Any, app.tables).changelog_queue.empty()
+
+
+def mark_recovery_read(app: AppT, tp: TP, offset: int) -> None:
+    """Have Faust's recovery take ``tp`` as read up to ``offset``: it ends
+    when every partition is read up to its highwater (it checks on each
+    record it applies, and every five seconds when none comes)."""
+    cast(Any, app.tables).recovery.active_offsets[tp] = offset

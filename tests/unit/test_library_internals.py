@@ -278,3 +278,25 @@ async def test_clients_are_tracked_and_forget_the_brokers_they_are_told() -> Non
     assert conns[1].closed == conns[3].closed == []
     assert client._md_update_fut is not None  # it asks the cluster again
     client._sync_task.cancel()
+
+
+# -- Faust: its table recovery's state (pipeline.kafka.tablerecovery)
+
+
+async def test_faust_keeps_its_recovery_state_where_the_recovery_watch_reads_it() -> None:
+    app = faust.App("pins", web_enabled=False)
+    recovery = app.tables.recovery
+    tp = TopicPartition("table-changelog", 0)
+    assert internals.recovery_behind(app) == {} and not recovery.in_recovery
+    recovery.active_highwaters[tp] = 10
+    recovery.active_offsets[tp] = 3
+    recovery.in_recovery = True
+    assert internals.recovery_behind(app) == {tp: 10}
+    assert internals.recovery_offset(app, tp) == 3
+    assert not internals.changelog_records_waiting(app)
+    internals.mark_recovery_read(app, tp, 10)
+    assert internals.recovery_behind(app) == {} and not recovery.need_recovery()
+    # Faust ends a recovery that nothing more arrives for by that same check
+    slurp = inspect.getsource(type(recovery)._slurp_changelogs.fun)
+    assert "changelog_queue.get(), timeout=5.0" in slurp
+    assert "self.in_recovery and not self.need_recovery()" in slurp
