@@ -285,7 +285,7 @@ async def test_clients_are_tracked_and_forget_the_brokers_they_are_told() -> Non
 
 async def test_faust_keeps_its_recovery_state_where_the_recovery_watch_reads_it() -> None:
     app = faust.App("pins", web_enabled=False)
-    recovery = app.tables.recovery
+    recovery = app.tables.recovery  # type: ignore[attr-defined]
     tp = TopicPartition("table-changelog", 0)
     assert internals.recovery_behind(app) == {} and not recovery.in_recovery
     recovery.active_highwaters[tp] = 10
