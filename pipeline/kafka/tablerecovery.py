@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import mode
+import faust
 from aiokafka.errors import KafkaError
 from faust.types import TP, AppT
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 CHECK_SECONDS = 5.0
 
 
-class RecoveryPastDeletedRecords(mode.Service):  # type: ignore[misc]
+class RecoveryPastDeletedRecords(faust.Service):  # type: ignore[misc]
     """A service of the app (``app.add_dependency``): started with it, before
     its tables recover, and looking for as long as it runs (a rebalance
     starts a recovery again)."""
@@ -48,7 +48,7 @@ class RecoveryPastDeletedRecords(mode.Service):  # type: ignore[misc]
         self.app = app
         self.every = every
 
-    @mode.Service.task
+    @faust.Service.task
     async def _watch(self) -> None:
         seen: dict[TP, int | None] = {}  # partitions past their log's start, last check
         while not self.should_stop:
