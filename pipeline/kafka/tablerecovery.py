@@ -43,16 +43,15 @@ class RecoveryPastDeletedRecords(faust.Service):  # type: ignore[misc]
     its tables recover, and looking for as long as it runs (a rebalance
     starts a recovery again)."""
 
-    def __init__(self, app: AppT, *, every: float = CHECK_SECONDS, **kwargs: Any) -> None:
+    def __init__(self, app: AppT, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.app = app
-        self.every = every
 
     @faust.Service.task
     async def _watch(self) -> None:
         seen: dict[TP, int | None] = {}  # partitions past their log's start, last check
         while not self.should_stop:
-            await self.sleep(self.every)
+            await self.sleep(CHECK_SECONDS)
             seen = await self.check(seen)
 
     async def check(self, seen: dict[TP, int | None]) -> dict[TP, int | None]:

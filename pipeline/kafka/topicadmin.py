@@ -4,6 +4,7 @@ replication, and the policies of existing ones brought up to date."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -69,13 +70,17 @@ async def _report_replicas(admin: AIOKafkaAdminClient, names: list[str], wanted:
                     " kafka-reassign-partitions.sh", wanted, ", ".join(fewer))
 
 
-async def _align_configs(admin: AIOKafkaAdminClient, specs: list[topics.TopicSpec]) -> None:
+async def topic_configs(admin: AIOKafkaAdminClient, names: Iterable[str]
+                        ) -> dict[str, dict[str, str]]:
+    """Each topic's configuration as the cluster describes it, by topic name."""
     responses = await admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, t.name) for t in specs])
-    current: dict[str, dict[str, str]] = {}
-    for response in responses:
-        for _err, _msg, _rtype, name, entries in response.resources:
-            current[name] = {e[0]: e[1] for e in entries}
+        [ConfigResource(ConfigResourceType.TOPIC, name) for name in names])
+    return {name: {e[0]: e[1] for e in entries} for response in responses
+            for _err, _msg, _rtype, name, entries in response.resources}
+
+
+async def _align_configs(admin: AIOKafkaAdminClient, specs: list[topics.TopicSpec]) -> None:
+    current = await topic_configs(admin, (t.name for t in specs))
     stale = [t for t in specs
              if any(current.get(t.name, {}).get(k) != v for k, v in t.config.items())]
     if stale:

@@ -10,20 +10,12 @@ from collections.abc import Callable
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from pipeline.kafka import topicadmin
 from pipeline.model import topics
 from pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-async def _configs(admin: AIOKafkaAdminClient, *names: str) -> dict[str, dict[str, str]]:
-    responses = await admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, t) for t in names])
-    return {name: {e[0]: e[1] for e in entries} for response in responses
-            for _err, _msg, _type, name, entries in response.resources}
 
 
 async def test_table_changelogs_roll_their_segments(
@@ -43,7 +35,8 @@ async def test_table_changelogs_roll_their_segments(
         await topicadmin.ensure_topics(settings, kafka)
         # a broker takes a policy from the controller's log a moment later
         async with asyncio.timeout(10):
-            while (config := await _configs(admin, contributions, activity))[contributions].get(
+            while (config := await topicadmin.topic_configs(
+                    admin, (contributions, activity)))[contributions].get(
                     "segment.bytes") != str(topics.TABLE_SEGMENT_BYTES):
                 await asyncio.sleep(0.1)
     finally:

@@ -62,7 +62,8 @@ async def test_the_recovery_ends_when_kafka_deleted_what_it_had_left_to_read(
         # deletes them all
         async with asyncio.timeout(60):
             while not ((behind := internals.recovery_behind(app)).get(tp)
-                       and (internals.recovery_offset(app, tp) or -1) >= 0):
+                       and (read := internals.recovery_offset(app, tp)) is not None
+                       and read >= 0):
                 assert not starting.done(), "the recovery ended before the records were deleted"
                 await asyncio.sleep(0.005)
         await admin.delete_records({tp: RecordsToDelete(last + 1)}, timeout_ms=10_000)

@@ -22,12 +22,12 @@ import psutil
 import pytest
 import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from bench import faults
 from bench.upprocess import RunningSystem
 from launcher.broker.cluster import KafkaCluster
 from pipeline.commit.service import COMMITTER_RETRY_BACKOFF_MS
+from pipeline.kafka import topicadmin
 from pipeline.settings import Settings
 from tests.e2e.conftest import BIN
 
@@ -73,8 +73,7 @@ async def test_every_topic_has_three_replicas_two_in_sync(replicated: Replicated
                 break
             await asyncio.sleep(0.5)
         described = await admin.describe_topics(ours)
-        configs = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, t) for t in ours])
+        configs = await topicadmin.topic_configs(admin, ours)
     finally:
         await admin.close()
     # the change log, requests, replies, the public topics and Faust's tables
@@ -83,10 +82,8 @@ async def test_every_topic_has_three_replicas_two_in_sync(replicated: Replicated
     assert any(t.endswith("-changelog") for t in ours), ours
     for topic in described:
         assert {len(p["replicas"]) for p in topic["partitions"]} == {3}, topic["topic"]
-    for response in configs:
-        for _err, _msg, _rtype, name, entries in response.resources:
-            values = {e[0]: e[1] for e in entries}
-            assert values["min.insync.replicas"] == "2", name
+    for name, values in configs.items():
+        assert values["min.insync.replicas"] == "2", name
 
 
 @pytest.mark.asyncio(loop_scope="module")
