@@ -298,6 +298,7 @@ class System:
                                                published=published)
         await changelog.start()
         self._on_stop("the change-log cache", changelog.stop)
+        changelog.warm(reads.list_page)
         # the committer in this process, when there is one, takes writes directly
         writer = Writer(settings, bootstrap=self.bootstrap,
                         local=self.committer.submit if self.committer is not None else None)

@@ -36,6 +36,12 @@ class Settings:
     """REPORTS_WATCH_CACHE_SIZE: change-log events each frontend keeps in memory
     (about 7 KB each for a Kyverno report): the history a watch can resume from."""
 
+    object_cache_mib: int = 384
+    """REPORTS_OBJECT_CACHE_MIB: memory each frontend keeps every object in,
+    compressed (a Kyverno report in about 250 bytes with its key: a million
+    in about 240 MiB), for the GETs of keys its watch cache no longer holds;
+    beyond it the oldest are let go and read from ClickHouse. 0: none kept."""
+
     max_body_bytes: int = 3 * 1024 * 1024
     """REPORTS_MAX_BODY_BYTES: largest request body accepted (413 beyond)."""
 

@@ -6,7 +6,7 @@ history. No sockets, no Kafka, no ClickHouse."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -101,6 +101,10 @@ class MemoryFeed:
     def latest(self, key: Key) -> Cached | None:
         found = [e.change for e in self.events if e.key == key]
         return found[-1] if found else None
+
+    async def below(self, key: Key, read: Callable[[], Awaitable[StoredObject | None]]
+                    ) -> StoredObject | None:
+        return await read()  # the feed holds every change: what is below it is stored
 
     def newest(self, resource: str, namespace: str | None,
                after: tuple[str, str] | None = None, upto: tuple[str, str] | None = None

@@ -18,7 +18,7 @@ committer: the import-linter contracts in pyproject.toml check it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from pipeline.model.cache import Cached, Event, Key, Scope, Subscription
@@ -106,6 +106,13 @@ class ChangeFeed(Protocol):
 
     def latest(self, key: Key) -> Cached | None:
         """The cached latest change of ``key``, if the cache holds one."""
+        ...
+
+    async def below(self, key: Key, read: Callable[[], Awaitable[StoredObject | None]]
+                    ) -> StoredObject | None:
+        """The latest version of a key ``latest`` does not hold (None when
+        there is none): kept in memory, or else ``read`` once ClickHouse holds
+        every change older than the cache."""
         ...
 
     def newest(self, resource: str, namespace: str | None,

@@ -187,8 +187,8 @@ class ReportService:
             if change.type == "DELETED":
                 raise not_found(rtype, name)
             return change.obj
-        await self._changes.settled()
-        stored = await self._guard(self._store.get(rtype.id, namespace, name))
+        stored = await self._guard(self._changes.below(
+            (rtype.id, namespace, name), lambda: self._store.get(rtype.id, namespace, name)))
         if stored is None:
             raise not_found(rtype, name)
         obj: JSON = orjson.loads(stored.raw)

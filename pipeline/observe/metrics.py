@@ -44,6 +44,16 @@ CACHE_EVENTS = Gauge(
 CACHE_AGE = Gauge(
     "reports_watch_cache_age_seconds", "Age of the oldest event in the frontend's cache:"
     " how far back a watch can resume.", registry=REGISTRY)
+OBJECT_CACHE_OBJECTS = Gauge(
+    "reports_object_cache_objects", "Objects the frontend keeps compressed for the GETs"
+    " of keys its watch cache no longer holds.", registry=REGISTRY)
+OBJECT_CACHE_BYTES = Gauge(
+    "reports_object_cache_bytes", "Bytes the object cache holds, as its budget"
+    " (REPORTS_OBJECT_CACHE_MIB) counts them.", registry=REGISTRY)
+OBJECT_CACHE_READS = Counter(
+    "reports_object_cache_reads_total", "GETs of keys the watch cache does not hold, by"
+    " whether the object cache had them (hit) or ClickHouse was read (miss).", ["result"],
+    registry=REGISTRY)
 WRITE_COMMIT_SECONDS = Histogram(
     "reports_write_commit_seconds", "From a write's request to its committed change, as"
     " the frontend sees it.", ["op"], buckets=LATENCY, registry=REGISTRY)

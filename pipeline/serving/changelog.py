@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -25,8 +25,10 @@ from pipeline.kafka import changelog, clientconfig
 from pipeline.kafka.published import Published, reader_of
 from pipeline.kafka.tail import Tail
 from pipeline.model.cache import Cached, Event, Key, Scope, Subscription, in_scope
+from pipeline.model.objectcache import ObjectCache
 from pipeline.model.objects import identity
-from pipeline.model.storage import Expired, Unavailable
+from pipeline.model.resources import RESOURCES
+from pipeline.model.storage import Expired, StoredObject, Unavailable
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Progress
 from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
@@ -104,6 +106,11 @@ class ChangeLog:
         self._task: asyncio.Task[None] | None = None
         self._watchers = Watchers()
         self._closing = False
+        #: every object seen below the floor, compressed: GETs of keys the
+        #: cache no longer holds
+        self._objects = ObjectCache(settings.object_cache_mib * 2**20)
+        self._training: asyncio.Task[None] | None = None
+        self._warming: asyncio.Task[None] | None = None
 
     @property
     def resource_version(self) -> int:
@@ -134,12 +141,16 @@ class ChangeLog:
         self._position = start
         self._task = asyncio.create_task(self._run(), name="changelog-tail")
         metrics.CACHE_AGE.set_function(self._age)
+        metrics.OBJECT_CACHE_OBJECTS.set_function(lambda: len(self._objects))
+        metrics.OBJECT_CACHE_BYTES.set_function(lambda: self._objects.size)
 
     def _age(self) -> float:
         """Seconds since the oldest cached change was committed."""
         return time.time() - self._events[0].at if self._events else 0.0
 
     async def stop(self) -> None:
+        await cancel(self._warming)
+        await cancel(self._training)
         await cancel(self._task)
         if self._tail is not None:
             await self._tail.stop()
@@ -208,7 +219,83 @@ class ChangeLog:
             self._history = max(self._history, self._floor)
             if self._latest.get(old.key) is old:
                 del self._latest[old.key]
+                self._let_go(old)
         metrics.CACHE_EVENTS.set(len(self._events))
+
+    def _let_go(self, event: Event) -> None:
+        """The key's latest change leaves the cache: the object cache keeps it."""
+        change = event.change
+        if change.type == "DELETED":
+            self._objects.drop(event.key, change.resource_version)
+            return
+        self._objects.keep(event.key, change.resource_version, change.raw)
+        self._train()
+
+    def _train(self) -> None:
+        samples = self._objects.samples()
+        if samples is None:
+            return
+
+        async def train() -> None:
+            try:
+                self._objects.use(await asyncio.to_thread(ObjectCache.trained, samples))
+            except Exception:  # noqa: BLE001 - objects stay compressed without one
+                log.exception("could not train the object cache's dictionary")
+        self._training = asyncio.create_task(train(), name="object-cache-dictionary")
+
+    async def below(self, key: Key, read: Callable[[], Awaitable[StoredObject | None]]
+                    ) -> StoredObject | None:
+        """The latest version of a key the cache does not hold: from the
+        object cache, or else ``read`` from ClickHouse once it holds every
+        change older than the cache (and kept, when nothing newer came meanwhile)."""
+        kept = self._objects.get(key)
+        if kept is not None:
+            metrics.OBJECT_CACHE_READS.labels("hit").inc()
+            return StoredObject(kept[0], key[1], key[2], kept[1])
+        metrics.OBJECT_CACHE_READS.labels("miss").inc()
+        await self.settled()
+        with self._objects.reading():
+            stored = await read()
+            if stored is not None and key not in self._latest:
+                self._objects.offer(key, stored.resource_version, _encoded(stored.raw))
+        return stored
+
+    def warm(self, page: Callable[..., Awaitable[list[StoredObject]]], *,
+             batch: int = 1000) -> None:
+        """Read every object ClickHouse holds into the object cache, in the
+        background, until its budget is spent: a restarted frontend answers
+        GETs from memory again, as kube-apiserver fills its watch cache with a
+        list. ``page``: ``ObjectReader.list_page``."""
+        async def run() -> None:
+            started, before = time.monotonic(), len(self._objects)
+            for resource in RESOURCES:
+                after: tuple[str, str] | None = None
+                while not self._objects.spent:
+                    await self.settled()
+                    with self._objects.reading():
+                        rows = await page(resource.id, namespace=None, after=after,
+                                          limit=batch)
+                        for row in rows:
+                            key = (resource.id, row.namespace, row.name)
+                            if key not in self._latest:
+                                self._objects.offer(key, row.resource_version,
+                                                    _encoded(row.raw))
+                    self._train()
+                    if len(rows) < batch:
+                        break
+                    after = (rows[-1].namespace, rows[-1].name)
+            log.info("object cache: %d objects read from ClickHouse in %.0f s (%d kept, %d"
+                     " MiB)", len(self._objects) - before, time.monotonic() - started,
+                     len(self._objects), self._objects.size >> 20)
+
+        async def logged() -> None:
+            try:
+                await run()
+            except Unavailable as err:
+                log.warning("object cache: stopped reading ClickHouse (%s); GETs read it", err)
+            except Exception:  # noqa: BLE001 - GETs read ClickHouse instead
+                log.exception("object cache: stopped reading ClickHouse")
+        self._warming = asyncio.create_task(logged(), name="object-cache-warm")
 
     async def wait_for(self, rv: int, timeout: float | None = None) -> None:
         """Wait until the change with resourceVersion ``rv`` has been read."""
@@ -348,4 +435,9 @@ class ChangeLog:
         return out
 
     def stats(self) -> dict[str, Any]:
-        return {"events": len(self._events), "resourceVersion": self._rv, "floor": self._floor}
+        return {"events": len(self._events), "resourceVersion": self._rv, "floor": self._floor,
+                "objects": len(self._objects), "objectBytes": self._objects.size}
+
+
+def _encoded(raw: str | bytes) -> bytes:
+    return raw.encode() if isinstance(raw, str) else raw
