@@ -54,6 +54,8 @@ OBJECT_CACHE_READS = Counter(
     "reports_object_cache_reads_total", "GETs of keys the watch cache does not hold, by"
     " whether the object cache had them (hit) or ClickHouse was read (miss).", ["result"],
     registry=REGISTRY)
+for _result in ("hit", "miss"):
+    OBJECT_CACHE_READS.labels(_result)  # both counted from 0
 WRITE_COMMIT_SECONDS = Histogram(
     "reports_write_commit_seconds", "From a write's request to its committed change, as"
     " the frontend sees it.", ["op"], buckets=LATENCY, registry=REGISTRY)

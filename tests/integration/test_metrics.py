@@ -83,6 +83,10 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
     assert value("reports_open_watches", resource="policyreports") >= 1
     assert value("reports_watch_cache_events") >= 6
     assert value("reports_watch_cache_age_seconds") > 0
+    for name in ("reports_object_cache_objects", "reports_object_cache_bytes"):
+        assert name in scraped, name  # nothing left the watch cache yet: 0
+    assert {labels["result"] for labels, _ in scraped["reports_object_cache_reads_total"]
+            } == {"hit", "miss"}
     for op in ("create", "update", "delete"):
         assert value("reports_write_commit_seconds_count", op=op) >= 1, op
     assert value("reports_commit_to_clickhouse_seconds_count") >= 1
@@ -122,7 +126,8 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
     assert registered == {
         "apiserver_request", "apiserver_request_duration_seconds", "reports_open_watches",
         "reports_watch_cache_events", "reports_watch_cache_age_seconds",
-        "reports_write_commit_seconds", "reports_commit_to_clickhouse_seconds",
+        "reports_object_cache_objects", "reports_object_cache_bytes",
+        "reports_object_cache_reads", "reports_write_commit_seconds", "reports_commit_to_clickhouse_seconds",
         "reports_consumer_lag_records", "reports_clickhouse_query_seconds",
         "reports_committer_batch_requests", "reports_committer_transaction_seconds",
         "reports_committer_recovery_seconds",
