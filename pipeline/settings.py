@@ -36,10 +36,10 @@ class Settings:
     """REPORTS_WATCH_CACHE_SIZE: change-log events each frontend keeps in memory
     (about 7 KB each for a Kyverno report): the history a watch can resume from."""
 
-    object_cache_mib: int = 384
+    object_cache_mib: int = 512
     """REPORTS_OBJECT_CACHE_MIB: memory each frontend keeps every object in,
-    compressed (a Kyverno report in about 250 bytes with its key: a million
-    in about 240 MiB), for the GETs of keys its watch cache no longer holds;
+    compressed (a Kyverno report in about 400 bytes with its key: a million
+    in about 380 MiB), for the GETs of keys its watch cache no longer holds;
     beyond it the oldest are let go and read from ClickHouse. 0: none kept."""
 
     max_body_bytes: int = 3 * 1024 * 1024

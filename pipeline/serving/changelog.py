@@ -260,6 +260,15 @@ class ChangeLog:
                 self._objects.offer(key, stored.resource_version, _encoded(stored.raw))
         return stored
 
+    async def _until_settled(self) -> None:
+        """``settled``, however long the materializer takes (after a start
+        it may be minutes behind)."""
+        while True:
+            try:
+                return await self.settled()
+            except Unavailable:
+                await asyncio.sleep(1)
+
     def warm(self, page: Callable[..., Awaitable[list[StoredObject]]], *,
              batch: int = 1000) -> None:
         """Read every object ClickHouse holds into the object cache, in the
@@ -271,7 +280,7 @@ class ChangeLog:
             for resource in RESOURCES:
                 after: tuple[str, str] | None = None
                 while not self._objects.spent:
-                    await self.settled()
+                    await self._until_settled()
                     with self._objects.reading():
                         rows = await page(resource.id, namespace=None, after=after,
                                           limit=batch)
@@ -291,8 +300,6 @@ class ChangeLog:
         async def logged() -> None:
             try:
                 await run()
-            except Unavailable as err:
-                log.warning("object cache: stopped reading ClickHouse (%s); GETs read it", err)
             except Exception:  # noqa: BLE001 - GETs read ClickHouse instead
                 log.exception("object cache: stopped reading ClickHouse")
         self._warming = asyncio.create_task(logged(), name="object-cache-warm")
