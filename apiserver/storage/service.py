@@ -22,7 +22,14 @@ from pipeline.model.cache import Cached, Event, Subscription
 from pipeline.model.messages import WriteRequest
 from pipeline.model.objects import now_rfc3339
 from pipeline.model.resources import ResourceType
-from pipeline.model.storage import Expired, Refused, StoredObject, StoreError, Unavailable
+from pipeline.model.storage import (
+    Expired,
+    Refused,
+    StoredObject,
+    StoreError,
+    Unavailable,
+    json_bytes,
+)
 from pipeline.observe import metrics
 
 log = logging.getLogger(__name__)
@@ -80,7 +87,7 @@ class Item:
     def json(self) -> bytes:
         if self.raw is None:
             return orjson.dumps(self.obj)
-        return self.raw.encode() if isinstance(self.raw, str) else self.raw
+        return json_bytes(self.raw)
 
 
 @dataclass

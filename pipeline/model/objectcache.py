@@ -103,8 +103,7 @@ class ObjectCache:
         """The key's deletion at resourceVersion ``rv`` went below the floor."""
         digest = _digest(key)
         self._remove(digest)
-        if self._readers:
-            self._gone[digest] = max(rv, self._gone.get(digest, 0))
+        self._went(digest, rv)
 
     @contextmanager
     def reading(self) -> Iterator[None]:
@@ -168,11 +167,15 @@ class ObjectCache:
         self._bytes += len(value) + len(digest) + ENTRY_OVERHEAD
         while self._bytes > self.budget and self._entries:
             oldest = next(iter(self._entries))
-            if self._readers:
-                self._gone[oldest] = max(_HEADER.unpack_from(self._entries[oldest])[0],
-                                         self._gone.get(oldest, 0))
+            self._went(oldest, _HEADER.unpack_from(self._entries[oldest])[0])
             self._remove(oldest)
             self.evicted += 1
+
+    def _went(self, digest: bytes, rv: int) -> None:
+        """A key let go of at ``rv``: remembered while reads are under way,
+        so that none brings back an older version."""
+        if self._readers:
+            self._gone[digest] = max(rv, self._gone.get(digest, 0))
 
     def _remove(self, digest: bytes) -> None:
         value = self._entries.pop(digest, None)

@@ -66,3 +66,8 @@ class StoredObject:
     name: str
     #: the object's JSON as stored
     raw: str | bytes
+
+
+def json_bytes(raw: str | bytes) -> bytes:
+    """An object's JSON as bytes, however the store returned it."""
+    return raw.encode() if isinstance(raw, str) else raw

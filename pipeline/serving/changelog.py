@@ -28,7 +28,7 @@ from pipeline.model.cache import Cached, Event, Key, Scope, Subscription, in_sco
 from pipeline.model.objectcache import ObjectCache
 from pipeline.model.objects import identity
 from pipeline.model.resources import RESOURCES
-from pipeline.model.storage import Expired, StoredObject, Unavailable
+from pipeline.model.storage import Expired, StoredObject, Unavailable, json_bytes
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Progress
 from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
@@ -257,7 +257,7 @@ class ChangeLog:
         with self._objects.reading():
             stored = await read()
             if stored is not None and key not in self._latest:
-                self._objects.offer(key, stored.resource_version, _encoded(stored.raw))
+                self._objects.offer(key, stored.resource_version, json_bytes(stored.raw))
         return stored
 
     async def _until_settled(self) -> None:
@@ -288,7 +288,7 @@ class ChangeLog:
                             key = (resource.id, row.namespace, row.name)
                             if key not in self._latest:
                                 self._objects.offer(key, row.resource_version,
-                                                    _encoded(row.raw))
+                                                    json_bytes(row.raw))
                     self._train()
                     if len(rows) < batch:
                         break
@@ -444,7 +444,3 @@ class ChangeLog:
     def stats(self) -> dict[str, Any]:
         return {"events": len(self._events), "resourceVersion": self._rv, "floor": self._floor,
                 "objects": len(self._objects), "objectBytes": self._objects.size}
-
-
-def _encoded(raw: str | bytes) -> bytes:
-    return raw.encode() if isinstance(raw, str) else raw
