@@ -18,7 +18,6 @@ only when nothing newer was kept or let go of the key while they read
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import sys
 from collections.abc import Iterator
@@ -30,10 +29,12 @@ else:
     from backports.zstd import ZstdCompressor, ZstdDict, decompress, train_dict
 
 from pipeline.model.cache import Key
+from pipeline.model.objects import key_id
 
-#: what Python spends on an entry besides its bytes: the key's and the value's
-#: object headers, the dict's slot and its spare room, the allocator's
-#: rounding (measured: 382 bytes of RSS an entry, 287 counted with 110 here)
+#: what Python spends on an entry besides its value's bytes: the key's number,
+#: the value's object header, the dict's slot and its spare room, the
+#: allocator's rounding (measured with 16-byte keys: 382 bytes of RSS an entry,
+#: 287 counted with 110 here; a key's number takes 16 bytes less than those)
 ENTRY_OVERHEAD = 205
 #: objects a dictionary is trained on, and its size
 SAMPLES = 1000
@@ -43,17 +44,11 @@ _HEADER = struct.Struct("<QB")  # resourceVersion, which compression
 _PLAIN, _DICTIONARY = 0, 1
 
 
-def _digest(key: Key) -> bytes:
-    """16 bytes for a key: a million keys' tuples of three strings would take
-    about 200 bytes each."""
-    return hashlib.blake2b("\0".join(key).encode(), digest_size=16).digest()
-
-
 class ObjectCache:
     def __init__(self, budget: int):
         #: most bytes kept (0: nothing is)
         self.budget = budget
-        self._entries: dict[bytes, bytes] = {}
+        self._entries: dict[int, bytes] = {}
         self._bytes = 0
         self._plain = ZstdCompressor(level=3)
         self._compressor: ZstdCompressor | None = None
@@ -63,7 +58,7 @@ class ObjectCache:
         #: reads of ClickHouse under way, and (while there are any) the
         #: newest version let go of each key meanwhile
         self._readers = 0
-        self._gone: dict[bytes, int] = {}
+        self._gone: dict[int, int] = {}
         self.evicted = 0
 
     def __len__(self) -> int:
@@ -81,7 +76,7 @@ class ObjectCache:
 
     def get(self, key: Key) -> tuple[int, bytes] | None:
         """(resourceVersion, JSON) of the key, if kept."""
-        value = self._entries.get(_digest(key))
+        value = self._entries.get(key_id(key))
         if value is None:
             return None
         rv, how = _HEADER.unpack_from(value)
@@ -95,13 +90,13 @@ class ObjectCache:
         """The key's latest change at or below the floor (a create or an update)."""
         if self.budget <= 0:
             return
-        digest = _digest(key)
+        digest = key_id(key)
         self._remove(digest)
         self._put(digest, rv, raw)
 
     def drop(self, key: Key, rv: int) -> None:
         """The key's deletion at resourceVersion ``rv`` went below the floor."""
-        digest = _digest(key)
+        digest = key_id(key)
         self._remove(digest)
         self._went(digest, rv)
 
@@ -121,7 +116,7 @@ class ObjectCache:
         something as new was kept or let go of meanwhile."""
         if self.budget <= 0:
             return
-        digest = _digest(key)
+        digest = key_id(key)
         if self._gone.get(digest, 0) >= rv:
             return
         held = self._entries.get(digest)
@@ -153,7 +148,7 @@ class ObjectCache:
         self._compressor = ZstdCompressor(level=LEVEL, zstd_dict=dictionary)
         self._training = False
 
-    def _put(self, digest: bytes, rv: int, raw: bytes) -> None:
+    def _put(self, digest: int, rv: int, raw: bytes) -> None:
         compressor = self._compressor
         if compressor is not None:
             value = _HEADER.pack(rv, _DICTIONARY) + compressor.compress(
@@ -164,20 +159,20 @@ class ObjectCache:
             value = _HEADER.pack(rv, _PLAIN) + self._plain.compress(
                 raw, ZstdCompressor.FLUSH_FRAME)
         self._entries[digest] = value
-        self._bytes += len(value) + len(digest) + ENTRY_OVERHEAD
+        self._bytes += len(value) + ENTRY_OVERHEAD
         while self._bytes > self.budget and self._entries:
             oldest = next(iter(self._entries))
             self._went(oldest, _HEADER.unpack_from(self._entries[oldest])[0])
             self._remove(oldest)
             self.evicted += 1
 
-    def _went(self, digest: bytes, rv: int) -> None:
+    def _went(self, digest: int, rv: int) -> None:
         """A key let go of at ``rv``: remembered while reads are under way,
         so that none brings back an older version."""
         if self._readers:
             self._gone[digest] = max(rv, self._gone.get(digest, 0))
 
-    def _remove(self, digest: bytes) -> None:
+    def _remove(self, digest: int) -> None:
         value = self._entries.pop(digest, None)
         if value is not None:
-            self._bytes -= len(value) + len(digest) + ENTRY_OVERHEAD
+            self._bytes -= len(value) + ENTRY_OVERHEAD

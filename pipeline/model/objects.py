@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from typing import Any
@@ -21,6 +22,15 @@ def object_key(resource: ResourceType | str, namespace: str, name: str) -> str:
     """Identity of one object: its Kafka key and the unit writes are serialized on."""
     rid = resource if isinstance(resource, str) else resource.id
     return f"{rid}/{namespace}/{name}"
+
+
+def key_id(key: tuple[str, str, str]) -> int:
+    """A key as a 128-bit number (blake2b of its parts): what a set or an
+    index of every object holds instead of the key's tuple of three strings,
+    48 bytes of memory for the number against about 260 for the tuple. Two of
+    a billion keys share one with odds of about 1 in 10**21."""
+    digest = hashlib.blake2b("\0".join(key).encode(), digest_size=16).digest()
+    return int.from_bytes(digest, "little")
 
 
 def identity(obj: JSON) -> tuple[str, str, str]:

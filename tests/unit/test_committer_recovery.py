@@ -11,7 +11,7 @@ import pytest
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.state import Committer, IncompleteLog
 from pipeline.model.messages import Change, WriteRequest
-from pipeline.model.objects import identity
+from pipeline.model.objects import identity, key_id
 from pipeline.model.resources import RESOURCES
 from pipeline.model.versions import Progress
 from tests.helpers import report
@@ -41,10 +41,10 @@ class Materialized:
         held = self._asked()
         return Progress(len(held) - 1, held[-1].resource_version) if held else None
 
-    async def live_keys(self) -> set[Any]:
-        live: set[Any] = set()
+    async def live_keys(self) -> set[int]:
+        live: set[int] = set()
         for c in self._asked():
-            (live.discard if c.type == "DELETED" else live.add)(identity(c.obj))
+            (live.discard if c.type == "DELETED" else live.add)(key_id(identity(c.obj)))
         return live
 
     async def current(self, keys: Any) -> dict[Any, Any]:
@@ -101,3 +101,33 @@ async def test_what_was_never_confirmed_may_be_decided_again() -> None:
     c.invalidate()
     await c.recover()
     assert c.next_resource_version == 2
+
+
+class Counting(Materialized):
+    """Counts the keys whose state ClickHouse is asked for."""
+
+    def __init__(self, log: list[Change], materialized: int):
+        super().__init__(log, materialized)
+        self.asked: list[Any] = []
+
+    async def current(self, keys: Any) -> dict[Any, Any]:
+        self.asked.extend(keys)
+        return {}
+
+
+async def test_only_a_live_key_is_asked_of_clickhouse_after_a_recovery() -> None:
+    log = await changes("a", "b")
+    store = Counting(log, materialized=len(log))
+    c = committer(store)
+    await c.recover()
+    await c.decide_batch([create("c"), create("ab")])
+    assert store.asked == []
+    await c.decide_batch([create("b", request="b again")])
+    assert store.asked == [(POLR.id, "ns", "b")]
+
+
+def test_a_key_id_tells_apart_keys_whose_parts_split_differently() -> None:
+    ids = {key_id(k) for k in [("r", "ns", "ab"), ("r", "nsa", "b"), ("rn", "s", "ab"),
+                               ("r", "ns", "ab ")]}
+    assert len(ids) == 4
+    assert key_id(("r", "ns", "ab")) == key_id(("r", "ns", "a" + "b"))
