@@ -29,8 +29,9 @@ class CommitterQueries:
         return await self._progress.watermark()
 
     async def live_keys(self) -> set[int]:
-        """The ``key_id`` of every object not deleted. Read a block at a time:
-        a million rows' tuples held at once took some 300 MB."""
+        """The ``key_id`` of every object not deleted, read a block at a
+        time: a million rows' tuples of strings, held at once, take 250 MB
+        or more."""
         def query(client: Client) -> set[int]:
             live: set[int] = set()
             with client.query_row_block_stream(
