@@ -317,6 +317,16 @@ class CommitService:
                         self._waiting_since = None
                         with contextlib.suppress(IllegalStateError):
                             self._consumer.resume(self._tp)
+                else:
+                    # Idle: the state kept past ClickHouse's copy when the
+                    # last batch went (a fill far ahead of the materializer:
+                    # 40,000 reports and 630 MB of `up` at rest after 200,000)
+                    # is let go once the materializer has caught up.
+                    try:
+                        async with self._lock:
+                            await self._committer.trim()
+                    except Exception as err:  # asked again a second later
+                        log.debug("trimming the committer's state failed: %s", err)
                 failed = 0
             except asyncio.CancelledError:
                 if cancelling():
