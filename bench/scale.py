@@ -635,6 +635,9 @@ async def run(options: Options, *, progress: Callable[[str], None] = print
                 for size in sizes:
                     row = await _size(target, options, size, reports, raw, rng, progress)
                     if target.analytics and not row.gave_out:
+                        # said before the analytics' long load
+                        progress(f"scale so far, {target.name} (analytics to come):\n"
+                                 + table([*rows, row]))
                         progress(f"scale: analytics questions at {size:,} reports")
                         where = base / f"analytics-{size}"
                         await _analytics(where, row, options.analytics_runs, progress)
