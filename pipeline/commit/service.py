@@ -201,6 +201,9 @@ class CommitService:
             return answer
         self._local.append(_Local(request, answer, time.time()))
         self._arrived.set()
+        # its key's state, if ClickHouse has to be asked, read while the batch
+        # in hand is in its transaction
+        self._committer.prefetch((request,))
         return answer
 
     def stalled_for(self) -> float:

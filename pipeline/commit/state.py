@@ -9,6 +9,7 @@ of the write traffic) is decided without asking ClickHouse anything.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,6 +28,9 @@ from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Current, Progress
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]
+#: Most keys whose state is read ahead and held for a batch (a report's JSON
+#: each, a few KB): what writers hand over within a batch or two, and some.
+READ_AHEAD_MOST = 4096
 #: Every committed change of the log after a position (ClickHouse's progress;
 #: None: from the log's beginning).
 TailReader = Callable[[Progress | None], Awaitable[list[Change]]]
@@ -61,6 +65,19 @@ class Committer:
         self._max_keys = max_keys
         self._ready = False
         self._trimmed = 0.0
+        #: keys' versions read ahead from ClickHouse (``prefetch``): each the
+        #: key's latest, as no decision has changed the key since it was asked
+        self._prefetched: dict[Key, Current] = {}
+        #: keys to read ahead, and those being read
+        self._asked: set[Key] = set()
+        self._reading: set[Key] = set()
+        #: keys being read that a decision changed meanwhile: their read is stale
+        self._spoiled: set[Key] = set()
+        #: recoveries and invalidations so far: a read begun before one is dropped
+        self._generation = 0
+        self._reader: asyncio.Task[None] | None = None
+        #: set when a round of reading ahead ends
+        self._read = asyncio.Event()
 
     @property
     def next_resource_version(self) -> int:
@@ -70,6 +87,22 @@ class Committer:
         """Forget everything: another owner may have written meanwhile."""
         self._ready = False
         self._trimmed = 0.0
+        self._forget_reads()
+
+    def _forget_reads(self) -> None:
+        self._generation += 1
+        self._prefetched.clear()
+        self._asked.clear()
+        self._spoiled.clear()
+        if self._reader is not None:
+            self._reader.cancel()
+            self._reader = None
+        self._reading = set()
+        self._wake_deciders()
+
+    def _wake_deciders(self) -> None:
+        self._read.set()
+        self._read = asyncio.Event()
 
     async def recover(self) -> None:
         # Where ClickHouse's copy of the log ends (its highest version),
@@ -81,6 +114,7 @@ class Committer:
         materialized = position.resource_version if position else 0
         self._live = await self._store.live_keys()
         tail = await self._read_tail(position)
+        self._forget_reads()
         self._state = {}
         for change in tail:
             self._follow(objects.identity(change.obj), change)
@@ -104,10 +138,65 @@ class Committer:
     def _follow(self, key: Key, change: Change) -> None:
         """The key's state, and whether it is live, after a committed change."""
         self._state[key] = current_after(change)
+        if self._prefetched or self._asked or self._reading:
+            self._prefetched.pop(key, None)
+            self._asked.discard(key)
+            if key in self._reading:
+                self._spoiled.add(key)
         if change.type == "DELETED":
             self._live.discard(objects.key_id(key))
         else:
             self._live.add(objects.key_id(key))
+
+    def prefetch(self, requests: Sequence[WriteRequest]) -> None:
+        """Start reading from ClickHouse the state of the keys of ``requests``
+        (not decided yet) that this committer has let go of, unless
+        ``READ_AHEAD_MOST`` are held already. Keys asked while a read is under
+        way go together in the next."""
+        if not self._ready or len(self._prefetched) + len(self._asked) >= READ_AHEAD_MOST:
+            return
+        for key in map(_key, requests):
+            if (key not in self._state and key not in self._prefetched
+                    and key not in self._reading and objects.key_id(key) in self._live):
+                self._asked.add(key)
+        if self._asked and (self._reader is None or self._reader.done()):
+            self._reader = asyncio.create_task(self._read_ahead(self._generation),
+                                               name="committer read-ahead")
+
+    async def _read_ahead(self, generation: int) -> None:
+        try:
+            while self._asked and generation == self._generation:
+                self._reading, self._asked = self._asked, set()
+                try:
+                    found = await self._store.current(self._reading)
+                except Exception as err:  # the batch asks again itself, and fails there
+                    log.debug("reading the committer's state ahead failed: %s", err)
+                    found = {}
+                if generation != self._generation:
+                    return
+                for key, current in found.items():
+                    if key not in self._spoiled and key not in self._state:
+                        self._prefetched[key] = current
+                self._reading, self._spoiled = set(), set()
+                self._wake_deciders()
+        finally:
+            if generation == self._generation:
+                self._reading = set()
+                self._wake_deciders()
+
+    async def _take_read(self, missing: set[Key]) -> set[Key]:
+        """Of ``missing`` (keys let go of), move into the state those read
+        ahead, first waiting for the reads of them under way. What is left
+        is still to be read."""
+        while True:
+            for key in [k for k in missing if k in self._state]:
+                missing.discard(key)
+            for key in [k for k in missing if k in self._prefetched]:
+                self._state[key] = self._prefetched.pop(key)
+                missing.discard(key)
+            if not any(k in self._reading or k in self._asked for k in missing):
+                return missing
+            await self._read.wait()
 
     async def decide_batch(self, requests: Sequence[WriteRequest]) -> list[Decision]:
         if not self._ready:
@@ -115,6 +204,8 @@ class Committer:
         # Not `set - dict.keys()`: that walks every cached key.
         missing = {k for k in map(_key, requests)
                    if k not in self._state and objects.key_id(k) in self._live}
+        if missing:
+            missing = await self._take_read(missing)
         if missing:
             self._state.update(await self._store.current(missing))
         decisions = []
@@ -143,6 +234,8 @@ class Committer:
         self._trimmed = now
         watermark = await self._store.watermark()
         self._state = kept(self._state, watermark, self._max_keys)
+        if len(self._prefetched) > READ_AHEAD_MOST // 2:  # read for writes never decided
+            self._prefetched.clear()
 
 
 def kept(state: dict[Key, Current], watermark: int, most: int) -> dict[Key, Current]:

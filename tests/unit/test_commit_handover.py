@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from pipeline.commit.service import CommitService
+from pipeline.commit.state import Committer
 from pipeline.model.messages import WriteRequest
 from pipeline.model.resources import RESOURCES
 from pipeline.settings import Settings
@@ -25,7 +26,9 @@ def request(rid: str) -> WriteRequest:
 
 @pytest.fixture
 async def service() -> AsyncIterator[CommitService]:
-    svc = CommitService(Settings(), committer=None, bootstrap="127.0.0.1:9")  # type: ignore[arg-type]
+    # a committer not yet recovered: it reads nothing ahead
+    committer = Committer(None, None, topic="changes")  # type: ignore[arg-type]
+    svc = CommitService(Settings(), committer, bootstrap="127.0.0.1:9")
     svc.owning = True
     svc._task = asyncio.ensure_future(asyncio.sleep(3600))  # as if running
     try:
