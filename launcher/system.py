@@ -240,7 +240,8 @@ class System:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         watch = asyncio.create_task(metrics.watch_event_loop(), name="event-loop-lag")
         self._on_stop("the event-loop sampler", lambda: cancel(watch))
-        trim = asyncio.create_task(memory.trim_periodically(settings.malloc_trim_seconds),
+        trim = asyncio.create_task(memory.trim_periodically(settings.malloc_trim_seconds,
+                                                            metrics.MALLOC_TRIM_SECONDS.observe),
                                    name="malloc-trim")
         self._on_stop("the memory trimmer", lambda: cancel(trim))
         # ClickHouse first: it is the quicker to find unreachable

@@ -108,6 +108,10 @@ KAFKA_RETRIES = Counter(
     " verify yet, KIP-890, or too few replicas in sync), NotLeaderForPartition (a leader"
     " moved), ...; and connections to a broker that failed (ConnectionFailed). Counted here"
     " instead of a log line each.", ["error"], registry=REGISTRY)
+MALLOC_TRIM_SECONDS = Histogram(
+    "reports_malloc_trim_seconds", "How long each return of freed memory to the system"
+    " (glibc's malloc_trim, on a thread; REPORTS_MALLOC_TRIM_SECONDS apart) took: the"
+    " allocator's arenas are locked meanwhile.", buckets=LATENCY, registry=REGISTRY)
 EVENT_LOOP_LAG = Histogram(
     "reports_event_loop_lag_seconds", "How late the process's event loop runs a timer"
     " (sampled every 0.25 s): the wait any request, record or agent step has before its"

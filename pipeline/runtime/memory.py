@@ -14,6 +14,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim  # type: ignore[no-any-return]
 
 
-async def trim_periodically(seconds: float) -> None:
+async def trim_periodically(seconds: float, observe: Callable[[float], None] | None = None
+                            ) -> None:
     """Every ``seconds``, return freed memory (on a thread: ctypes releases
-    the GIL, so the event loop keeps running); until cancelled."""
+    the GIL, so the event loop keeps running), telling ``observe`` the
+    seconds each took; until cancelled."""
     if seconds <= 0:
         return
     trim = _malloc_trim()
@@ -62,4 +65,7 @@ async def trim_periodically(seconds: float) -> None:
         return
     while True:
         await asyncio.sleep(seconds)
+        started = time.perf_counter()
         await asyncio.to_thread(trim, 0)
+        if observe is not None:
+            observe(time.perf_counter() - started)
