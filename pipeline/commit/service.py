@@ -325,6 +325,11 @@ class CommitService:
                     # last batch went (a fill far ahead of the materializer:
                     # 40,000 reports and 630 MB of `up` at rest after 200,000)
                     # is let go once the materializer has caught up.
+                    if self.owning and self._fetch is None:
+                        # its fetch found nothing past what it has taken: no
+                        # request waits (writes handed over in process leave
+                        # the topic empty, and the lag would never be said)
+                        metrics.CONSUMER_LAG.labels("committer").set(0)
                     try:
                         async with self._lock:
                             await self._committer.trim()

@@ -134,4 +134,5 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_committer_recovery_seconds",
         "reports_write_stage_seconds", "reports_authorization_decisions",
         "reports_clickhouse_memory_bytes", "reports_python_allocated_blocks",
-        "reports_event_loop_lag_seconds", "reports_kafka_retries"}
+        "reports_event_loop_lag_seconds", "reports_kafka_retries",
+        "reports_malloc_trim_seconds"}
