@@ -177,7 +177,8 @@ class Committer:
                 for key, current in found.items():
                     if key not in self._spoiled and key not in self._state:
                         self._prefetched[key] = current
-                self._reading, self._spoiled = set(), set()
+                # the next round's keys are taken before a decider wakes
+                self._spoiled.clear()
                 self._wake_deciders()
         finally:
             if generation == self._generation:
