@@ -273,6 +273,7 @@ class System:
             min_insync_replicas=replicated.min_insync)
         # what the committer publishes, its readers here take rather than parse
         published = Published()
+        committer = None
 
         if worker:
             self.aggregates = AggregateWrites(clickhouse)
@@ -299,6 +300,8 @@ class System:
                                                published=published)
         await changelog.start()
         self._on_stop("the change-log cache", changelog.stop)
+        if committer is not None:  # keys it let go of: read here, not in ClickHouse
+            committer.know(changelog.known)
         changelog.warm(reads.list_page)
         # the committer in this process, when there is one, takes writes directly
         writer = Writer(settings, bootstrap=self.bootstrap,

@@ -24,6 +24,7 @@ from pipeline.commit.decision import (
 from pipeline.model import objects
 from pipeline.model.messages import Change, WriteRequest
 from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Current, Progress
+from pipeline.observe import metrics
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,10 @@ READ_AHEAD_MOST = 4096
 #: Every committed change of the log after a position (ClickHouse's progress;
 #: None: from the log's beginning).
 TailReader = Callable[[Progress | None], Awaitable[list[Change]]]
+#: Another reader of the change log in this process (the frontend's caches):
+#: the key's latest committed version if that reader has read every change
+#: up to the resourceVersion given and holds the key; None when it cannot say.
+KnownVersion = Callable[[Key, int], Current | None]
 
 
 def _key(req: WriteRequest) -> Key:
@@ -78,6 +83,21 @@ class Committer:
         self._reader: asyncio.Task[None] | None = None
         #: set when a round of reading ahead ends
         self._read = asyncio.Event()
+        #: the change log's other reader in this process, if any (``know``)
+        self._known: KnownVersion | None = None
+        #: every key let go of (not in the state) has its latest change at or
+        #: below this: the position recovered from, then each trim's watermark
+        self._let_go_upto = 0
+
+    def know(self, known: KnownVersion) -> None:
+        """Take keys' versions from ``known`` (a few microseconds) before
+        asking ClickHouse (milliseconds, inside the batch): once it has read
+        the log up to ``_let_go_upto`` it holds the latest of every key let
+        go of, as this committer made every change since its recovery."""
+        self._known = known
+
+    def _knows(self, key: Key) -> Current | None:
+        return self._known(key, self._let_go_upto) if self._known is not None else None
 
     @property
     def next_resource_version(self) -> int:
@@ -118,6 +138,7 @@ class Committer:
         self._state = {}
         for change in tail:
             self._follow(objects.identity(change.obj), change)
+        self._let_go_upto = materialized
         self._next_rv = max([EMPTY_RESOURCE_VERSION, materialized,
                              *(c.resource_version for c in tail)]) + 1
         if self._next_rv <= self._confirmed:
@@ -157,7 +178,8 @@ class Committer:
             return
         for key in map(_key, requests):
             if (key not in self._state and key not in self._prefetched
-                    and key not in self._reading and objects.key_id(key) in self._live):
+                    and key not in self._reading and objects.key_id(key) in self._live
+                    and self._knows(key) is None):
                 self._asked.add(key)
         if self._asked and (self._reader is None or self._reader.done()):
             self._reader = asyncio.create_task(self._read_ahead(self._generation),
@@ -205,7 +227,13 @@ class Committer:
         # Not `set - dict.keys()`: that walks every cached key.
         missing = {k for k in map(_key, requests)
                    if k not in self._state and objects.key_id(k) in self._live}
+        if missing and self._known is not None:
+            known = {k: v for k in missing if (v := self._knows(k)) is not None}
+            self._state.update(known)
+            missing.difference_update(known)
+            metrics.COMMITTER_LOOKUPS.labels("log").inc(len(known))
         if missing:
+            metrics.COMMITTER_LOOKUPS.labels("clickhouse").inc(len(missing))
             missing = await self._take_read(missing)
         if missing:
             self._state.update(await self._store.current(missing))
@@ -234,6 +262,7 @@ class Committer:
             return
         self._trimmed = now
         watermark = await self._store.watermark()
+        self._let_go_upto = max(self._let_go_upto, watermark)
         self._state = kept(self._state, watermark, self._max_keys)
         if len(self._prefetched) > READ_AHEAD_MOST // 2:  # read for writes never decided
             self._prefetched.clear()

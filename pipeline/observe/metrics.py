@@ -76,6 +76,12 @@ COMMITTER_TRANSACTION_SECONDS = Histogram(
     " (versions and preconditions, in memory) and publish (its Kafka transaction: changes,"
     " replies and the requests offset, committed).", ["step"], buckets=LATENCY,
     registry=REGISTRY)
+COMMITTER_LOOKUPS = Counter(
+    "reports_committer_lookups_total", "Versions of keys the committer had let go of, by"
+    " where it found them: log (the frontend's caches of the change log, in its process)"
+    " or clickhouse.", ["source"], registry=REGISTRY)
+for _source in ("log", "clickhouse"):
+    COMMITTER_LOOKUPS.labels(_source)  # both counted from 0
 COMMITTER_RECOVERY_SECONDS = Gauge(
     "reports_committer_recovery_seconds", "How long the committer's last recovery took:"
     " ClickHouse's live keys and the change log's tail read, before it decides writes.",

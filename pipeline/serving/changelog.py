@@ -29,7 +29,7 @@ from pipeline.model.objectcache import ObjectCache
 from pipeline.model.objects import identity
 from pipeline.model.resources import RESOURCES
 from pipeline.model.storage import Expired, StoredObject, Unavailable, json_bytes
-from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Progress
+from pipeline.model.versions import EMPTY_RESOURCE_VERSION, Current, Progress
 from pipeline.observe import metrics
 from pipeline.runtime.tasks import cancel
 from pipeline.settings import Settings
@@ -97,6 +97,9 @@ class ChangeLog:
         self._latest: SortedDict[Key, Event] = SortedDict()
         self._position = 0  # next offset to read
         self._rv = 0  # highest resourceVersion seen
+        #: highest resourceVersion read from the log itself (``_rv`` starts
+        #: at ClickHouse's watermark, before the tail has read up to it)
+        self._tailed = 0
         self._floor = 0  # every change at or below this is in ClickHouse
         self._history = 0  # the cache holds every change after this
         self._watermark = 0  # last known ClickHouse watermark
@@ -167,7 +170,10 @@ class ChangeLog:
                 continue
             for record in records:
                 change = self._changes.change(record)
-                if change is None or change.resource_version <= self._floor:
+                if change is None:
+                    continue
+                if change.resource_version <= self._floor:
+                    self._tailed = max(self._tailed, change.resource_version)
                     continue
                 key = identity(change.obj)
                 before = self._latest.get(key)
@@ -213,6 +219,7 @@ class ChangeLog:
         self._events.append(event)
         self._latest[event.key] = event
         self._rv = max(self._rv, event.change.resource_version)
+        self._tailed = max(self._tailed, event.change.resource_version)
         while len(self._events) > self._settings.watch_cache_size:
             old = self._events.popleft()
             self._floor = old.change.resource_version
@@ -421,6 +428,21 @@ class ChangeLog:
             if (after is None or (ns, name) > after) and (upto is None or (ns, name) <= upto):
                 first[(ns, name)] = event  # the earliest is seen last
         return first
+
+    def known(self, key: Key, upto: int) -> Current | None:
+        """The key's latest committed version, from the cache or the object
+        cache, if the tail has read the log up to ``upto`` and the key's
+        latest change is at or below it; None when this cache cannot say.
+        For a committer in this process (``Committer.know``), which knows
+        that of the keys it let go of."""
+        if self._tailed < upto:
+            return None
+        event = self._latest.get(key)
+        if event is not None:
+            change = event.change
+            return Current(change.resource_version, change.raw, change.type == "DELETED")
+        kept = self._objects.get(key)
+        return Current(kept[0], kept[1], False) if kept is not None else None
 
     def latest(self, key: Key) -> Cached | None:
         event = self._latest.get(key)

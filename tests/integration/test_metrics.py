@@ -99,6 +99,9 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_commit_to_clickhouse_seconds_count") < 60
     assert value("reports_committer_batch_requests_count") >= 1
     assert value("reports_committer_recovery_seconds") > 0
+    # keys let go of: none in so short a workload, both sources counted from 0
+    assert {labels["source"] for labels, _ in scraped["reports_committer_lookups_total"]
+            } == {"log", "clickhouse"}
     for step in ("decide", "publish"):
         assert value("reports_committer_transaction_seconds_count", step=step) >= 1, step
     # where a write's time goes: one sample per write at every stage
@@ -131,7 +134,7 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_commit_to_clickhouse_seconds",
         "reports_consumer_lag_records", "reports_clickhouse_query_seconds",
         "reports_committer_batch_requests", "reports_committer_transaction_seconds",
-        "reports_committer_recovery_seconds",
+        "reports_committer_recovery_seconds", "reports_committer_lookups",
         "reports_write_stage_seconds", "reports_authorization_decisions",
         "reports_clickhouse_memory_bytes", "reports_python_allocated_blocks",
         "reports_event_loop_lag_seconds", "reports_kafka_retries",

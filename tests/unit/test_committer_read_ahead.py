@@ -1,6 +1,8 @@
 """The committer reads ahead the state of keys it has let go of: a batch takes
 what was read without asking ClickHouse again, and a read that a decision
-overtook is never taken for the key's state."""
+overtook is never taken for the key's state. With a frontend in its process,
+it takes them from the frontend's caches instead, only once those have read
+the change log as far as every key let go of."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ import orjson
 from pipeline.clickhouse.recovery import CommitterQueries
 from pipeline.commit.decision import current_after
 from pipeline.commit.state import Committer
+from pipeline.model.cache import Cached, Event
 from pipeline.model.messages import Change, WriteRequest
 from pipeline.model.objects import identity, key_id
 from pipeline.model.resources import RESOURCES
 from pipeline.model.versions import Current, Progress
+from pipeline.serving.changelog import ChangeLog
+from pipeline.settings import Settings
 from tests.helpers import report
 
 POLR = RESOURCES[0]
@@ -145,3 +150,68 @@ async def test_a_recovery_drops_what_was_read_before_it() -> None:
     [decided] = await c.decide_batch([update(9, "r1")])
     assert decided.change is not None and decided.change.previous == 9
     assert identity(decided.change.obj) == KEY
+
+
+def frontend(*versions: int, size: int = 10) -> ChangeLog:
+    """A frontend's change-log cache that has read ``versions`` of the key."""
+    log = ChangeLog(Settings(watch_cache_size=size), store=cast(Any, None), bootstrap="")
+    for rv in versions:
+        log._append(Event(KEY, Cached.of(Change("MODIFIED", stored(rv).obj, rv))))  # noqa: SLF001
+    return log
+
+
+async def test_a_key_let_go_of_is_read_from_the_frontends_cache() -> None:
+    store = Store({KEY: stored(7)})
+    c = await recovered(store)
+    c.know(frontend(3, 7).known)
+    c.prefetch([update(7, "r1")])
+    [decided] = await c.decide_batch([update(7, "r1")])
+    assert store.asked == []
+    assert decided.change is not None and decided.change.previous == 7
+
+
+async def test_a_key_let_go_of_is_read_from_the_frontends_object_cache() -> None:
+    store = Store({KEY: stored(7)})
+    c = await recovered(store)
+    log = frontend(7, size=0)  # the watch cache let it go at once: the object cache has it
+    assert log.latest(KEY) is None
+    c.know(log.known)
+    [decided] = await c.decide_batch([update(7, "r1")])
+    assert store.asked == []
+    assert decided.change is not None and decided.change.previous == 7
+
+
+async def test_a_frontend_behind_the_keys_let_go_of_is_not_asked() -> None:
+    # ClickHouse holds version 7 of the key; the frontend has read the log
+    # only as far as version 3. Taken from it, the update would conflict.
+    store = Store({KEY: stored(7)})
+    c = await recovered(store)
+    c.know(frontend(3).known)
+    c.prefetch([update(7, "r1")])
+    [decided] = await c.decide_batch([update(7, "r1")])
+    assert store.asked == [[KEY]]
+    assert decided.change is not None and decided.change.previous == 7
+
+
+async def test_a_trim_raises_how_far_the_frontend_must_have_read() -> None:
+    store = Store({KEY: stored(7)})
+    c = await recovered(store, max_keys=0)
+    log = frontend(7)
+    c.know(log.known)
+    [first] = await c.decide_batch([update(7, "r1")])
+    assert first.change is not None and store.asked == []
+    # version 8 materialized and let go of, before the frontend read it
+    store.latest[KEY] = current_after(first.change)
+    await c.trim()
+    [second] = await c.decide_batch([update(8, "r2")])
+    assert store.asked == [[KEY]]
+    assert second.change is not None and second.change.previous == 8
+    # once the frontend has read version 9, the key is read there
+    store.latest[KEY] = current_after(second.change)
+    log._append(Event(KEY, Cached.of(first.change), at=0))  # noqa: SLF001
+    log._append(Event(KEY, Cached.of(second.change), at=0))  # noqa: SLF001
+    c._trimmed = 0.0  # noqa: SLF001 - trims are at most once a second
+    await c.trim()
+    [third] = await c.decide_batch([update(9, "r3")])
+    assert store.asked == [[KEY]]
+    assert third.change is not None and third.change.previous == 9
