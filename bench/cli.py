@@ -27,6 +27,7 @@ from apiserver.contract import schema
 from bench import faults as bench_faults
 from bench import fleet as bench_fleet
 from bench import scale as bench_scale
+from bench import soak as bench_soak
 from bench.figures import Report
 from bench.fleet import Options as FleetOptions
 from bench.scale import Options as ScaleOptions
@@ -126,7 +127,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                              f" {scale.watch_rate:g}; --watch-duration, default"
                              f" {scale.watch_seconds:g}; --namespaces, default"
                              f" {scale.namespaces}; --few-clients, the creating and reading"
-                             f" clients, default {scale.clients})")
+                             f" clients, default {scale.clients}; --soak-minutes, default"
+                             f" {scale.soak_minutes:g} here: the sustained phase at the largest"
+                             " size, its figures per minute)")
     parser.add_argument("--scale-apis", default="system,etcd", metavar="API,...",
                         help="with --scale: whose rows, this system's (system) and etcd CRDs'"
                              " (etcd; --no-baseline leaves them out)")
@@ -227,6 +230,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
     given = {"watchers": args.watchers, "watch_rate": args.watch_rate,
              "watch_seconds": args.watch_duration, "namespaces": args.namespaces,
              "clients": args.few_clients, "seed": args.seed, "data_dir": args.data_dir,
+             "soak_minutes": args.soak_minutes,
              "baseline": "etcd" in apis and args.baseline is not False,
              "system": "system" in apis}
     options = replace(ScaleOptions(sizes=sizes, creates=args.scale_creates),
@@ -239,6 +243,9 @@ def _bench_scale(args: argparse.Namespace) -> int:
         for row in api_rows:
             print(f"\n{name}, {row.size:,} reports:\n"
                   + "\n".join(f"  {n}" for n in row.notes))
+            if row.soak:
+                print(f"\n{name}, {row.size:,} reports, sustained, per minute:\n"
+                      + bench_soak.table(row.soak))
         print(f"\n{name}: " + bench_scale.verdicts(api_rows))
     args.output.write_bytes(orjson.dumps(bench_scale.to_json(options, rows),
                                          option=orjson.OPT_INDENT_2))

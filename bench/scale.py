@@ -23,7 +23,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,11 @@ import orjson
 import psutil
 from aiokafka import AIOKafkaProducer
 
-from bench import versuspostgres
+from bench import soak, versuspostgres
 from bench.baseline import EtcdCrds
 from bench.client import Client
 from bench.figures import percentile
+from bench.soak import Minute
 from bench.standardrun import Memory, settle, watch_lag
 from bench.traffic import Driver, closed_loop, polr_collection
 from bench.upprocess import RunningSystem
@@ -71,6 +72,11 @@ class Options:
     watch_rate: float = 200.0
     watch_seconds: float = 30.0
     analytics_runs: int = 3
+    #: minutes of the bench's mixed traffic (closed loop, ``clients``
+    #: clients, over the reports created through the API) at the largest
+    #: size, with figures per minute: whether the pace, the latency and the
+    #: memory hold there (0: none)
+    soak_minutes: float = 0.0
     #: this system's rows
     system: bool = True
     #: the same sizes as etcd CRDs, up to where they give out
@@ -88,6 +94,8 @@ class Row:
     notes: list[str] = field(default_factory=list)
     #: why the API could not hold this size (its figures are not measured)
     gave_out: str | None = None
+    #: the sustained phase's figures per minute, at the largest size
+    soak: list[Minute] = field(default_factory=list)
 
 
 #: (name, header, format) of the table's columns, in order
@@ -573,6 +581,8 @@ async def _size(target: Target, options: Options, size: int, reports: _Reports,
         row.notes.append(f"watches: {len(lags):,} events, {missing} not delivered in time,"
                          f" {len(written)} writes (p99 {percentile(written, 99) * 1000:.0f} ms)")
         await target.settled(client)
+        if options.soak_minutes > 0 and size == max(options.sizes):
+            await _sustained(target, options, client, pool, row, rng, progress)
 
     total, what = target.disk()
     row.values["disk_per_report"] = total / size
@@ -591,6 +601,48 @@ async def _size(target: Target, options: Options, size: int, reports: _Reports,
         await target.settled(client)  # the analytics that follow run on a quiet machine
     row.notes.append(f"restart: settled {time.perf_counter() - settling:.0f} s after it")
     return row
+
+
+async def _sustained(target: Target, options: Options, client: Client, pool: list[Resource],
+                     row: Row, rng: random.Random, progress: Callable[[str], None]) -> None:
+    """The bench's mixed traffic for ``options.soak_minutes``: writes/s and
+    their latency, and the memory, per minute."""
+    mix = Mix()
+    progress(f"scale: {target.name}: sustained mixed traffic ({mix}), {options.clients}"
+             f" clients, {options.soak_minutes:g} min")
+    phase = await soak.sustain(Driver(client, mix, rng), pool, minutes=options.soak_minutes,
+                               concurrency=options.clients, pid=target.server_pid(),
+                               progress=progress)
+    row.soak = phase.minutes()
+    s = phase.seconds
+    full = [m for m in row.soak if m.seconds >= soak.MINUTE / 2] or row.soak
+    row.values["soak_first_wps"] = phase.rate(0, min(soak.MINUTE, s))
+    row.values["soak_last_wps"] = phase.rate(max(0.0, s - soak.MINUTE), s)
+    row.values["soak_min_wps"] = min(m.writes_per_s for m in full)
+    latencies = phase.run.write_latencies
+    row.values["soak_p50_ms"] = percentile(latencies, 50) * 1000
+    row.values["soak_p99_ms"] = percentile(latencies, 99) * 1000
+    # the server alone (``up`` without the aggregation agent's process;
+    # kube-apiserver): the most sampled, and its growth once warm
+    own = [x.own for x in phase.samples if x.own]
+    if own:
+        row.values["soak_rss_max_mb"] = max(own) / MB
+        warm = phase.warm()
+        width = min(soak.MINUTE, s - warm)
+        row.values["soak_rss_growth_mb"] = (phase.rss_between(s - width, s).own
+                                            - phase.rss_between(warm, warm + width).own) / MB
+    errors = f", errors {dict(phase.run.errors)}" if phase.run.errors else ""
+    row.notes.append(
+        f"soak: {options.soak_minutes:g} min of mix {mix}, {options.clients} clients:"
+        f" {row.values['soak_first_wps']:.0f} writes/s in the first minute,"
+        f" {row.values['soak_last_wps']:.0f} in the last, {row.values['soak_min_wps']:.0f}"
+        f" the least; write p50 / p99 {row.values['soak_p50_ms']:.0f} /"
+        f" {row.values['soak_p99_ms']:.0f} ms"
+        + (f"; server RSS at most {row.values['soak_rss_max_mb']:.0f} MB, grown"
+           f" {row.values['soak_rss_growth_mb']:+.0f} MB once warm" if own else "") + errors)
+    progress(f"scale: {target.name}, {row.size:,} reports, sustained, per minute:\n"
+             + soak.table(row.soak))
+    await target.settled(client)
 
 
 async def _analytics(base: Path, row: Row, runs: int, progress: Callable[[str], None]
@@ -659,5 +711,6 @@ def to_json(options: Options, rows: dict[str, list[Row]]) -> dict[str, Any]:
     return {"options": {k: str(v) if isinstance(v, Path) else v
                         for k, v in vars(options).items()},
             "apis": {name: [{"size": r.size, **r.values, "gave_out": r.gave_out,
-                             "notes": r.notes} for r in api_rows]
+                             "notes": r.notes, "soak_minutes": [asdict(m) for m in r.soak]}
+                            for r in api_rows]
                      for name, api_rows in rows.items()}}

@@ -42,6 +42,8 @@ class Sample:
     #: (those that ended too), and of the broker; NaN where unknown
     system_cpu: float = float("nan")
     broker_cpu: float = float("nan")
+    #: RSS of ``up`` alone, its children apart (bytes; 0 where unknown)
+    own: int = 0
 
 
 class Sampler:
@@ -60,7 +62,7 @@ class Sampler:
 
     def sample(self) -> None:
         try:
-            system = self._process.memory_info().rss
+            system = own = self._process.memory_info().rss
             system_cpu = cpu_seconds(self._process)
             children = self._process.children(recursive=True)
         except psutil.Error:
@@ -75,7 +77,7 @@ class Sampler:
                     system += child.memory_info().rss
                     system_cpu += cpu_seconds(child)
         self.samples.append(Sample(time.perf_counter() - self._started, system, broker,
-                                   system_cpu, broker_cpu))
+                                   system_cpu, broker_cpu, own))
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -128,6 +130,8 @@ class Minute:
     #: requests the committer decided per transaction in the minute (the
     #: fewer, the more each write pays of a transaction's round trips)
     batch_requests: float = float("nan")
+    #: the RSS of ``up`` alone in the minute (median), the agent's process apart
+    own_rss_mb: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,8 @@ class Soak:
             i = bisect.bisect_right([s.at for s in self.samples], start)
             return self.samples[max(i - 1, 0)]
         return Sample(end, int(statistics.median(s.system for s in inside)),
-                      int(statistics.median(s.broker for s in inside)))
+                      int(statistics.median(s.broker for s in inside)),
+                      own=int(statistics.median(s.own for s in inside)))
 
     def cpu_per_write(self, start: float, end: float) -> tuple[float, float]:
         """CPU milliseconds per write of the system and of the broker from the
@@ -224,7 +229,7 @@ class Soak:
                 _most([sc.aggregate_lag for sc in scraped]),
                 _median([sc.clickhouse_mb for sc in scraped]),
                 _median([sc.python_kblocks for sc in scraped]), system_cpu, broker_cpu,
-                batch))
+                batch, rss.own / MB if rss.own else float("nan")))
         return rows
 
     def windows(self) -> list[float]:
@@ -395,13 +400,15 @@ def _memory_figures(report: Report, soak: Soak, start: float, label: str) -> Non
 
 def table(rows: list[Minute]) -> str:
     header = ("MINUTE", "WRITES/S", "P50 MS", "P99 MS", "ERRORS", "SYSTEM RSS MB",
-              "BROKER RSS MB", "CH LAG", "AGG LAG", "CH MEM MB", "PY BLOCKS K",
+              "UP RSS MB", "BROKER RSS MB", "CH LAG", "AGG LAG", "CH MEM MB", "PY BLOCKS K",
               "SYSTEM CPU MS/W", "BROKER CPU MS/W", "WRITES/TXN")
     lines: list[tuple[Any, ...]] = [header]
     for r in rows:
         minute = f"{r.minute}" if r.seconds >= MINUTE - 1e-6 else f"{r.minute} ({r.seconds:.0f} s)"
         lines.append((minute, f"{r.writes_per_s:.0f}", f"{r.p50_ms:.0f}", f"{r.p99_ms:.0f}",
-                      str(r.errors), f"{r.system_rss_mb:.0f}", f"{r.broker_rss_mb:.0f}",
+                      str(r.errors), f"{r.system_rss_mb:.0f}",
+                      "-" if math.isnan(r.own_rss_mb) else f"{r.own_rss_mb:.0f}",
+                      f"{r.broker_rss_mb:.0f}",
                       *("-" if math.isnan(v) else f"{v:.0f}"
                         for v in (r.clickhouse_lag, r.aggregate_lag, r.clickhouse_mb,
                                   r.python_kblocks)),

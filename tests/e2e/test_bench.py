@@ -32,7 +32,7 @@ SOAK = {
 MINUTE_COLUMNS = {"minute", "seconds", "writes", "writes_per_s", "p50_ms", "p99_ms", "errors",
                   "clickhouse_lag", "aggregate_lag", "clickhouse_mb", "python_kblocks",
                   "system_rss_mb", "broker_rss_mb", "system_cpu_ms", "broker_cpu_ms",
-                  "batch_requests"}
+                  "batch_requests", "own_rss_mb"}
 FIGURES = {
     "startup", "create throughput", "create throughput, first creates",
     "create throughput, last creates", "write throughput", "write latency p50",
@@ -173,12 +173,13 @@ def test_scale_run_prints_a_row_per_size(tmp_path: Path) -> None:
     """``bench --scale`` at two small sizes, on this system and on etcd CRDs:
     the second size filled on each one's way in (the committer's requests
     topic; kube-apiserver), every column measured at both sizes, every
-    report there to be listed, and the targets judged at the larger size."""
+    report there to be listed, the targets judged at the larger size, and
+    the sustained phase at the larger size with its figures per minute."""
     output = tmp_path / "scale.json"
     done = subprocess.run(
         [str(BIN / "reports-pipeline"), "bench", "--scale", "400,1500", "--scale-creates",
          "300", "--watchers", "12", "--watch-rate", "20", "--watch-duration", "3",
-         "--namespaces", "4", "--output", str(output)],
+         "--namespaces", "4", "--soak-minutes", "0.5", "--output", str(output)],
         capture_output=True, text=True, timeout=880)
     assert done.returncode == 0, done.stdout + done.stderr
     apis = json.loads(output.read_text())["apis"]
@@ -198,10 +199,22 @@ def test_scale_run_prints_a_row_per_size(tmp_path: Path) -> None:
             assert any(n.startswith("watches: ") and ", 0 not delivered" in n
                        for n in row["notes"]), (name, row["notes"])
         assert any(n.startswith("fill: ") for n in rows[1]["notes"]), name
+        small, large = rows
+        assert small["soak_minutes"] == [], name  # the largest size's alone
+        assert [m["minute"] for m in large["soak_minutes"]] == [1], name
+        minute = large["soak_minutes"][0]
+        assert set(minute) == MINUTE_COLUMNS and minute["writes"] > 0, (name, minute)
+        assert math.isfinite(minute["own_rss_mb"]), (name, minute)
+        assert minute["errors"] == 0 or name == "etcd CRDs", minute
+        for key in ("soak_first_wps", "soak_min_wps", "soak_p99_ms", "soak_rss_max_mb",
+                    "soak_rss_growth_mb"):
+            assert math.isfinite(large[key]), (name, key)
+        assert any(n.startswith("soak: 0.5 min of mix") for n in large["notes"]), name
     assert "\nTHIS SYSTEM\n" in done.stdout and "\nETCD CRDS\n" in done.stdout
     tables = done.stdout[done.stdout.index("\nTHIS SYSTEM\n"):].split("\n")  # after progress
     assert sum(line.strip().startswith("1,500 |") for line in tables) == 2, done.stdout
     assert "this system: targets, at 1,500 reports:" in done.stdout
+    assert "this system, 1,500 reports, sustained, per minute:\n" in done.stdout
 
 
 def test_fleet_run_measures_the_lag_and_the_questions(tmp_path: Path) -> None:

@@ -27,6 +27,18 @@ def test_the_memory_of_a_minute_is_the_median_of_its_samples() -> None:
     assert growth["soak broker RSS growth"] == 0
 
 
+def test_the_server_alone_is_kept_apart_from_its_children() -> None:
+    # up alone 300 MB of the system's 500 (the agent's process the rest);
+    # samples that could not tell (0) leave the column unknown
+    known = soak_of([Sample(t, 500 * MB, 100 * MB, own=(300 + (50 if t == 70 else 0)) * MB)
+                     for t in range(0, 181, 10)])
+    assert [round(m.own_rss_mb) for m in known.minutes()] == [300, 300, 300]
+    assert [round(m.system_rss_mb) for m in known.minutes()] == [500, 500, 500]
+    unknown = soak_of([Sample(t, 500 * MB, 100 * MB) for t in range(0, 181, 10)])
+    assert all(math.isnan(m.own_rss_mb) for m in unknown.minutes())
+    assert "UP RSS MB" in table(known.minutes()).splitlines()[0]
+
+
 def test_growth_is_measured_after_the_first_minute() -> None:
     # +1 MB every 10 s from the start: minute 2's median 509 MB, minute 3's 515 MB
     samples = [Sample(t, (500 + t // 10) * MB, 100 * MB) for t in range(0, 181, 10)]
