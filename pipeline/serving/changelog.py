@@ -390,8 +390,16 @@ class ChangeLog:
         no longer reaches back to ``since``."""
         if since < self._history:
             raise Expired(f"too old resource version: {since} ({self._history})")
-        backlog = [e for e in self._events
-                   if e.change.resource_version > since and in_scope(scope, e.key)]
+        # from the newest back to ``since`` (the cache is in resourceVersion
+        # order): a watch from a recent list reads its few events, not the
+        # whole cache (a thousand watches starting together, a thousand times)
+        backlog = []
+        for event in reversed(self._events):
+            if event.change.resource_version <= since:
+                break
+            if in_scope(scope, event.key):
+                backlog.append(event)
+        backlog.reverse()
         sub = Subscription(scope, limit)
         self._watchers.add(sub)
         if self._closing:

@@ -42,3 +42,17 @@ async def test_committed_change_no_longer_cached_is_unavailable_not_wrong() -> N
         await log.committed(("polr", "ns", "a"), 1)
     with pytest.raises(Unavailable):  # another object's version
         await log.committed(("polr", "ns", "b"), 3)
+
+
+def test_a_watch_starts_with_the_events_of_its_scope_after_its_version_in_order() -> None:
+    log = _cache(size=10)
+    for rv, name in enumerate(["a", "b", "a", "c", "a", "b"], start=1):
+        log._append(_event(name, rv))
+    backlog, sub = log.subscribe(3, ("polr", "ns"))
+    assert [(e.key[2], e.change.resource_version) for e in backlog] == [
+        ("c", 4), ("a", 5), ("b", 6)]
+    assert log.subscribe(6, ("polr", "ns"))[0] == []  # nothing after the newest
+    assert log.subscribe(0, ("polr", "other"))[0] == []  # another namespace's
+    assert [e.change.resource_version for e in log.subscribe(0, ("polr", None))[0]] == [
+        1, 2, 3, 4, 5, 6]
+    log.unsubscribe(sub)
