@@ -614,11 +614,8 @@ async def _sustained(target: Target, options: Options, client: Client, pool: lis
                                concurrency=options.clients, pid=target.server_pid(),
                                progress=progress)
     row.soak = phase.minutes()
-    s = phase.seconds
-    full = [m for m in row.soak if m.seconds >= soak.MINUTE / 2] or row.soak
-    row.values["soak_first_wps"] = phase.rate(0, min(soak.MINUTE, s))
-    row.values["soak_last_wps"] = phase.rate(max(0.0, s - soak.MINUTE), s)
-    row.values["soak_min_wps"] = min(m.writes_per_s for m in full)
+    row.values["soak_first_wps"], row.values["soak_last_wps"] = phase.first_and_last()
+    row.values["soak_min_wps"] = phase.slowest(row.soak).writes_per_s
     latencies = phase.run.write_latencies
     row.values["soak_p50_ms"] = percentile(latencies, 50) * 1000
     row.values["soak_p99_ms"] = percentile(latencies, 99) * 1000
@@ -627,10 +624,8 @@ async def _sustained(target: Target, options: Options, client: Client, pool: lis
     own = [x.own for x in phase.samples if x.own]
     if own:
         row.values["soak_rss_max_mb"] = max(own) / MB
-        warm = phase.warm()
-        width = min(soak.MINUTE, s - warm)
-        row.values["soak_rss_growth_mb"] = (phase.rss_between(s - width, s).own
-                                            - phase.rss_between(warm, warm + width).own) / MB
+        _, warm, end = phase.memory_since(phase.warm())
+        row.values["soak_rss_growth_mb"] = (end.own - warm.own) / MB
     errors = f", errors {dict(phase.run.errors)}" if phase.run.errors else ""
     row.notes.append(
         f"soak: {options.soak_minutes:g} min of mix {mix}, {options.clients} clients:"

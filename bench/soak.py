@@ -236,6 +236,25 @@ class Soak:
         """Writes/s in each 15-second window."""
         return [self.rate(start, end) for start, end in self.spans(WINDOW)]
 
+    def first_and_last(self) -> tuple[float, float]:
+        """Writes/s in the phase's first minute and in its last."""
+        s = self.seconds
+        return self.rate(0, min(MINUTE, s)), self.rate(max(0.0, s - MINUTE), s)
+
+    @staticmethod
+    def slowest(rows: list[Minute]) -> Minute:
+        """The minute of the fewest writes/s, of those at least half a minute
+        long (the last may be shorter)."""
+        full = [r for r in rows if r.seconds >= MINUTE / 2] or rows
+        return min(full, key=lambda r: r.writes_per_s)
+
+    def memory_since(self, start: float) -> tuple[float, Sample, Sample]:
+        """(the spans' width, the memory just after ``start``, the memory at
+        the end): medians of a minute's samples each, or of what is left."""
+        width = min(MINUTE, self.seconds - start)
+        return (width, self.rss_between(start, start + width),
+                self.rss_between(self.seconds - width, self.seconds))
+
     def warm(self) -> float:
         """When the system counts as warm: after the first minute, or half way
         through a shorter phase."""
@@ -338,13 +357,12 @@ def figures(report: Report, soak: Soak, *, note: str, full_after: float = 5 * MI
     windowed tables hold all the windows they keep."""
     rows = soak.minutes()
     s = soak.seconds
-    first, last = soak.rate(0, min(MINUTE, s)), soak.rate(max(0.0, s - MINUTE), s)
+    first, last = soak.first_and_last()
     errors = f"; errors {dict(soak.run.errors)}" if soak.run.errors else ""
     cut = f"; stopped {GRACE:g} s past its end with requests unanswered" if soak.cut_short else ""
     report.add("soak throughput, first minute", first, "writes/s", note=note + errors + cut)
     report.add("soak throughput, last minute", last, "writes/s")
-    full = [r for r in rows if r.seconds >= MINUTE / 2] or rows
-    slowest = min(full, key=lambda r: r.writes_per_s)
+    slowest = soak.slowest(rows)
     report.add("soak throughput, minimum minute", slowest.writes_per_s, "writes/s",
                (">=", 300), note=f"minute {slowest.minute} of {len(rows)}")
     if s >= 10 * MINUTE:
@@ -383,9 +401,7 @@ def figures(report: Report, soak: Soak, *, note: str, full_after: float = 5 * MI
 
 def _memory_figures(report: Report, soak: Soak, start: float, label: str) -> None:
     """RSS growth from the minute after ``start`` to the last minute (medians)."""
-    width = min(MINUTE, soak.seconds - start)
-    warm = soak.rss_between(start, start + width)
-    end = soak.rss_between(soak.seconds - width, soak.seconds)
+    width, warm, end = soak.memory_since(start)
     since = soak.writes(start, float("inf"))
     after = ("after the first minute" if start == MINUTE else f"after {start:g} s"
              ) + f", medians of {width:g}-s spans"

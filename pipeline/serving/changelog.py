@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -383,6 +383,14 @@ class ChangeLog:
             if self._refreshing is refreshing and refreshing.done():
                 self._refreshing = None
 
+    def _newest_after(self, since: int) -> Iterator[Event]:
+        """The cached events after resourceVersion ``since``, the newest
+        first: the cache is in resourceVersion order, so no older one is read."""
+        for event in reversed(self._events):
+            if event.change.resource_version <= since:
+                return
+            yield event
+
     def subscribe(self, since: int, scope: Scope, *, limit: int = 10000
                   ) -> tuple[list[Event], Subscription]:
         """Events of ``scope`` after resourceVersion ``since`` from the cache,
@@ -390,15 +398,9 @@ class ChangeLog:
         no longer reaches back to ``since``."""
         if since < self._history:
             raise Expired(f"too old resource version: {since} ({self._history})")
-        # from the newest back to ``since`` (the cache is in resourceVersion
-        # order): a watch from a recent list reads its few events, not the
-        # whole cache (a thousand watches starting together, a thousand times)
-        backlog = []
-        for event in reversed(self._events):
-            if event.change.resource_version <= since:
-                break
-            if in_scope(scope, event.key):
-                backlog.append(event)
+        # a watch from a recent list reads its few events, not the whole
+        # cache (a thousand watches starting together, a thousand times)
+        backlog = [e for e in self._newest_after(since) if in_scope(scope, e.key)]
         backlog.reverse()
         sub = Subscription(scope, limit)
         self._watchers.add(sub)
@@ -427,9 +429,7 @@ class ChangeLog:
         if since < self._history:
             raise Expired(f"too old resource version: {since} ({self._history})")
         first: dict[tuple[str, str], Event] = {}
-        for event in reversed(self._events):
-            if event.change.resource_version <= since:
-                break
+        for event in self._newest_after(since):
             _, ns, name = event.key
             if event.key[0] != resource or (namespace is not None and ns != namespace):
                 continue
