@@ -21,6 +21,16 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def by_second(timed: Sequence[tuple[float, float]], q: float) -> list[float]:
+    """The q-th percentile of the values of each second, from (seconds since
+    the start, value) pairs; a second without values is left out. Whether a
+    tail is spread over a phase or comes from a few bad seconds."""
+    seconds: dict[int, list[float]] = {}
+    for at, value in timed:
+        seconds.setdefault(int(at), []).append(value)
+    return [percentile(values, q) for _, values in sorted(seconds.items())]
+
+
 def sampled(page: str, name: str, labelled: str = "") -> float:
     """The sum of a /metrics page's samples of ``name`` (with ``labelled``
     among their labels, when given); 0 when there is none."""

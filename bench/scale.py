@@ -572,14 +572,16 @@ async def _size(target: Target, options: Options, size: int, reports: _Reports,
         progress(f"scale: {target.name}: {options.watchers} watchers, writes at"
                  f" {options.watch_rate:g}/s for {options.watch_seconds:g} s")
         watch_pool = pool[:max(1, int(options.watch_rate * 2))]
-        lags, missing, written = await watch_lag(
+        watched = await watch_lag(
             target.kubeconfig, Driver(client, Mix(admission=0, background=100, read=0), rng),
             watch_pool, watches=_watches(options, sorted({r.namespace for r in watch_pool})),
             rate=options.watch_rate, duration=options.watch_seconds)
-        row.values["watch_p50_ms"] = percentile(lags, 50) * 1000
-        row.values["watch_p99_ms"] = percentile(lags, 99) * 1000
-        row.notes.append(f"watches: {len(lags):,} events, {missing} not delivered in time,"
-                         f" {len(written)} writes (p99 {percentile(written, 99) * 1000:.0f} ms)")
+        row.values["watch_p50_ms"] = percentile(watched.lags, 50) * 1000
+        row.values["watch_p99_ms"] = percentile(watched.lags, 99) * 1000
+        row.notes.append(f"watches: {len(watched.lags):,} events, {watched.missing} not"
+                         f" delivered in time, {len(watched.writes)} writes (p99"
+                         f" {percentile(watched.writes, 99) * 1000:.0f} ms);"
+                         f" {watched.seconds_note(0.25)}")
         await target.settled(client)
         if options.soak_minutes > 0 and size == max(options.sizes):
             await _sustained(target, options, client, pool, row, rng, progress)

@@ -24,7 +24,7 @@ import psutil
 from bench import sidebyside, soak, versuspostgres
 from bench.baseline import EtcdCrds
 from bench.client import TABLE, Client
-from bench.figures import Report, percentile
+from bench.figures import Report, by_second, percentile
 from bench.traffic import Driver, Run, closed_loop, open_loop, polr_collection
 from bench.upprocess import RunningSystem
 from bench.workload import POLR_PATH, Mix, flip, resources
@@ -141,14 +141,35 @@ async def _freshness(client: Client, driver: Driver, probe: Resource, stop: asyn
     return samples
 
 
+@dataclass(frozen=True)
+class WatchLags:
+    """What the watches of a phase received."""
+
+    #: each delivered event's arrival minus its write's start (seconds)
+    lags: list[float]
+    #: events a watch did not receive in time
+    missing: int
+    #: the writes' latencies
+    writes: list[float]
+    #: (seconds from the phase's start to the write's, the lag) of each event
+    timed: list[tuple[float, float]]
+
+    def seconds_note(self, bound: float) -> str:
+        """How the tail is spread: the worst second's p99 and how many
+        seconds' p99 was over ``bound`` (seconds)."""
+        worst = by_second(self.timed, 99)
+        over = sum(1 for lag in worst if lag > bound)
+        return (f"p99 by second: worst {max(worst, default=0) * 1000:.0f} ms, {over} of"
+                f" {len(worst)} seconds over {bound * 1000:.0f} ms")
+
+
 async def watch_lag(kubeconfig: Path, driver: Driver, pool: list[Resource], *,
                     watches: list[tuple[str, str | None]], rate: float, duration: float
-                    ) -> tuple[list[float], int, list[float]]:
+                    ) -> WatchLags:
     """A watch of each (collection path, the namespace it sees, None for
     every one), read in a process of their own (``bench.watchers``);
     background writes at ``rate``; the lag of each event is its arrival
-    minus its write's start. Returns the lags, the events a watch did not
-    receive in time, and the writes' latencies."""
+    minus its write's start."""
     sent: dict[tuple[str, str, str], float] = {}
     driver.on_write = lambda res, rv, at: sent.__setitem__((res.namespace, res.uid, rv), at)
     async with Client(kubeconfig, connections=1) as client:
@@ -208,11 +229,11 @@ async def watch_lag(kubeconfig: Path, driver: Driver, pool: list[Resource], *,
             await child.wait()
         reading.cancel()
         await asyncio.gather(reading, return_exceptions=True)
-    lags = [got[key] - sent[key] for want, got in zip(wanted, arrivals, strict=True)
-            for key in want if key in got]
+    timed = [(sent[key] - run.started, got[key] - sent[key])
+             for want, got in zip(wanted, arrivals, strict=True) for key in want if key in got]
     missing = sum(1 for want, got in zip(wanted, arrivals, strict=True)
                   for key in want if key not in got)
-    return lags, missing, run.writes()
+    return WatchLags([lag for _, lag in timed], missing, run.writes(), timed)
 
 
 async def run(options: Options, *, progress: Callable[[str], None] = print) -> Report:
@@ -448,20 +469,21 @@ async def _latency_and_watch(system: RunningSystem, client: Client, options: Opt
     fresh_task = asyncio.create_task(_freshness(client, Driver(client, mix, rng), probe,
                                                 stop, rng))
     try:
-        lags, missing, watched = await watch_lag(
+        watched = await watch_lag(
             system.kubeconfig, Driver(client, write_mix, rng), pool,
             watches=[(f"{POLR_PATH}/policyreports", None)] * options.watchers,
             rate=options.watch_rate, duration=options.watch_duration)
     finally:
         stop.set()
         fresh = await fresh_task
-    note = (f"{options.watchers} watchers x {len(watched)} writes; "
-            f"{missing} events not delivered in time; from the write's start")
+    lags, writes = watched.lags, watched.writes
+    note = (f"{options.watchers} watchers x {len(writes)} writes; "
+            f"{watched.missing} events not delivered in time; from the write's start")
     report.add("watch lag p50", percentile(lags, 50) * 1000, "ms", note=note)
     report.add("watch lag p99", percentile(lags, 99) * 1000, "ms", ("<", 250),
                note=f"the same writes were acknowledged at p50 "
-               f"{percentile(watched, 50) * 1000:.0f} ms, p99 "
-               f"{percentile(watched, 99) * 1000:.0f} ms")
+               f"{percentile(writes, 50) * 1000:.0f} ms, p99 "
+               f"{percentile(writes, 99) * 1000:.0f} ms; {watched.seconds_note(0.25)}")
     report.add("freshness p50", percentile(fresh, 50), "s",
                note=f"{len(fresh)} probes during the watch phase: write acknowledged ->"
                " in policy_counts and policy_windows")
