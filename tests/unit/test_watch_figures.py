@@ -15,8 +15,9 @@ def test_by_second_takes_each_whole_second_on_its_own() -> None:
 
 def test_the_note_names_the_worst_second_and_how_many_were_over() -> None:
     timed = [(s + 0.5, 0.6 if s in (3, 7) else 0.02) for s in range(10)]
-    watched = WatchLags([lag for _, lag in timed], 0, [], timed)
-    assert watched.seconds_note(0.25) == (
+    watched = WatchLags(timed, 0, [])
+    assert watched.seconds_note() == (
         "p99 by second: worst 600 ms, 2 of 10 seconds over 250 ms")
-    assert WatchLags([], 0, [], []).seconds_note(0.25) == (
+    assert watched.lags == [lag for _, lag in timed]
+    assert WatchLags([], 0, []).seconds_note() == (
         "p99 by second: worst 0 ms, 0 of 0 seconds over 250 ms")
