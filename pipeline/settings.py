@@ -144,6 +144,13 @@ class Settings:
     own (5 GiB for the mark cache alone), not for a process shared with the
     frontend and the worker."""
 
+    chdb_merge_nice: int = 10
+    """REPORTS_CHDB_MERGE_NICE: the Linux nice value of the embedded
+    ClickHouse's merges (-20 to 19; 0: as every other thread). Merging the
+    materializer's parts is background work: on a machine the frontend shares
+    with it, its bursts took CPU from the event loop that answers writes.
+    ClickHouse applies it only with CAP_SYS_NICE (as root, for one)."""
+
     malloc_trim_seconds: float = 5.0
     """REPORTS_MALLOC_TRIM_SECONDS: how often a process hands the memory it has
     freed back to the system (glibc's ``malloc_trim``); 0: never. A trim of
@@ -213,4 +220,7 @@ class Settings:
         settings = cls(**values)  # type: ignore[arg-type]
         if not _IDENT.match(settings.database):
             raise ValueError(f"REPORTS_DATABASE {settings.database!r} is not a plain identifier")
+        if not -20 <= settings.chdb_merge_nice <= 19:
+            raise ValueError(f"REPORTS_CHDB_MERGE_NICE {settings.chdb_merge_nice} is not a nice"
+                             " value (-20 to 19)")
         return settings

@@ -83,10 +83,14 @@ CHDB_CACHE_SHARES = {
 }
 
 
-def chdb_caches(megabytes: int) -> dict[str, str]:
-    """chDB start-up options bounding ClickHouse's caches to ``megabytes``."""
-    budget = max(megabytes, 16) * 1024 * 1024
-    return {name: str(int(budget * share)) for name, share in CHDB_CACHE_SHARES.items()}
+def chdb_options(settings: Settings) -> dict[str, str]:
+    """chDB's start-up options (server settings): ClickHouse's caches bounded
+    to ``chdb_cache_mb``, its merges at the nice value ``chdb_merge_nice``."""
+    budget = max(settings.chdb_cache_mb, 16) * 1024 * 1024
+    options = {name: str(int(budget * share)) for name, share in CHDB_CACHE_SHARES.items()}
+    if settings.chdb_merge_nice:
+        options["os_threads_nice_value_merge_mutate"] = str(settings.chdb_merge_nice)
+    return options
 
 
 class Connection:
@@ -118,7 +122,7 @@ class Connection:
             path.mkdir(parents=True, exist_ok=True)
             client = clickhouse_connect.get_client(
                 dsn=f"chdb://{path.resolve()}", database=database, settings=session,
-                chdb_options=chdb_caches(self.settings.chdb_cache_mb))
+                chdb_options=chdb_options(self.settings))
         with self._lock:
             self._clients.append(client)
         return client

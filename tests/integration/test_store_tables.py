@@ -32,3 +32,17 @@ async def test_every_table_cleans_up_replaced_parts_promptly(make_settings,  # t
     for name, ddl in found.items():
         assert "max_cleanup_delay_period = 30" in ddl, name
         assert "concurrent_part_removal_threshold = 1000000" in ddl, name
+
+
+async def test_the_embedded_clickhouse_merges_at_the_nice_value_set(  # type: ignore[no-untyped-def]
+        make_settings, data_dir: Path) -> None:
+    settings = make_settings()
+    clickhouse = Connection(settings, data_dir=data_dir)
+    await clickhouse.start()
+    try:
+        rows = await clickhouse.run(lambda client: client.query(
+            "SELECT value FROM system.server_settings"
+            " WHERE name = 'os_threads_nice_value_merge_mutate'").result_rows)
+    finally:
+        await clickhouse.close()
+    assert rows == [(str(settings.chdb_merge_nice),)] and settings.chdb_merge_nice > 0

@@ -17,6 +17,22 @@ def test_database_must_be_an_identifier() -> None:
         Settings.from_env({"REPORTS_DATABASE": "x; DROP"})
 
 
+def test_merge_nice_must_be_a_nice_value() -> None:
+    with pytest.raises(ValueError, match="REPORTS_CHDB_MERGE_NICE"):
+        Settings.from_env({"REPORTS_CHDB_MERGE_NICE": "20"})
+    assert Settings.from_env({"REPORTS_CHDB_MERGE_NICE": "-20"}).chdb_merge_nice == -20
+
+
+def test_chdb_options_bound_the_caches_and_lower_the_merges() -> None:
+    from pipeline.clickhouse.connection import chdb_options
+
+    options = chdb_options(Settings(chdb_cache_mb=100))
+    caches = sum(int(v) for k, v in options.items() if k.endswith("_cache_size"))
+    assert 99 * 1024 * 1024 < caches <= 100 * 1024 * 1024
+    assert options["os_threads_nice_value_merge_mutate"] == "10"
+    assert "os_threads_nice_value_merge_mutate" not in chdb_options(Settings(chdb_merge_nice=0))
+
+
 def test_every_setting_is_documented() -> None:
     """Each REPORTS_* variable the settings read is in README's Configuration
     or in docs/design.md's full list."""
