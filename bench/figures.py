@@ -4,6 +4,7 @@ met it; printed as a table and written as JSON. Pure."""
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -36,6 +37,28 @@ def sampled(page: str, name: str, labelled: str = "") -> float:
     among their labels, when given); 0 when there is none."""
     return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
                if line.startswith((name + " ", name + "{")) and labelled in line)
+
+
+_LE = re.compile(r'le="([^"]+)"')
+
+
+def histogram_percentile(before: str, after: str, name: str, q: float) -> float | None:
+    """The q-th percentile of what the /metrics histogram ``name`` counted
+    between two pages, as the upper bound of the bucket it falls in (so
+    "at most"; infinity past the last bound); None when it counted nothing."""
+    def buckets(page: str) -> dict[float, float]:
+        out: dict[float, float] = {}
+        for line in page.splitlines():
+            if line.startswith(name + "_bucket{") and (found := _LE.search(line)):
+                bound = float(found.group(1))
+                out[bound] = out.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
+    earlier, later = buckets(before), buckets(after)
+    counted = sorted((bound, n - earlier.get(bound, 0.0)) for bound, n in later.items())
+    if not counted or counted[-1][1] <= 0:
+        return None
+    wanted = counted[-1][1] * q / 100
+    return next(bound for bound, n in counted if n >= wanted)
 
 
 @dataclass(frozen=True)

@@ -67,8 +67,16 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
     watching = asyncio.Event()
     async with serve(running.system.app) as url, httpx.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {running.system.token}"}) as http:
-        watch = asyncio.create_task(watch_until(http, PATH, {"resourceVersion": "0"},
-                                                lambda events: False, started=watching))
+        watch = asyncio.create_task(watch_until(
+            http, PATH, {"resourceVersion": "0"}, lambda events: any(
+                e["object"]["metadata"]["name"] == "watched" for e in events),
+            started=watching))
+        async with asyncio.timeout(30):
+            await watching.wait()
+        # a change the open watch sees: its dispatch is timed
+        assert (await api.post(PATH, json=report(POLR, "watched", "ns"))).status_code == 201
+        async with asyncio.timeout(30):
+            await asyncio.shield(watch)
         await scrape(watch, watching, api, scraped)
 
     def value(name: str, **labels: str) -> float:
@@ -97,6 +105,10 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
     assert since("reports_commit_to_clickhouse_seconds_count") >= 1
     assert since("reports_commit_to_clickhouse_seconds_sum") / since(
         "reports_commit_to_clickhouse_seconds_count") < 60
+    # the change the watch saw, handed to it within seconds of its commit
+    assert since("reports_watch_dispatch_seconds_count") >= 1
+    assert since("reports_watch_dispatch_seconds_sum") / since(
+        "reports_watch_dispatch_seconds_count") < 60
     assert value("reports_committer_batch_requests_count") >= 1
     assert value("reports_committer_recovery_seconds") > 0
     # keys let go of: none in so short a workload, both sources counted from 0
@@ -131,7 +143,7 @@ async def test_every_metric_is_set_after_a_workload(start, make_settings) -> Non
         "reports_watch_cache_events", "reports_watch_cache_age_seconds",
         "reports_object_cache_objects", "reports_object_cache_bytes",
         "reports_object_cache_reads", "reports_write_commit_seconds",
-        "reports_commit_to_clickhouse_seconds",
+        "reports_commit_to_clickhouse_seconds", "reports_watch_dispatch_seconds",
         "reports_consumer_lag_records", "reports_clickhouse_query_seconds",
         "reports_committer_batch_requests", "reports_committer_transaction_seconds",
         "reports_committer_recovery_seconds", "reports_committer_lookups",

@@ -32,10 +32,12 @@ def test_events_go_to_their_namespace_and_to_every_namespace_watches() -> None:
     other_resource = Subscription(("ephr", None), 100)
     for sub in (everywhere, team_a, team_a_again, team_b, other_resource):
         watchers.add(sub)
-    watchers.offer(_event("polr", "a", "x", 1))
-    watchers.offer(_event("polr", "b", "y", 2))
-    watchers.offer(_event("ephr", "a", "z", 3))
-    watchers.offer(_event("polr", "c", "w", 4))
+    # how many watches each went to (what the dispatch time is observed for)
+    assert watchers.offer(_event("polr", "a", "x", 1)) == 3
+    assert watchers.offer(_event("polr", "b", "y", 2)) == 2
+    assert watchers.offer(_event("ephr", "a", "z", 3)) == 1
+    assert watchers.offer(_event("polr", "c", "w", 4)) == 1
+    assert watchers.offer(_event("clpolr", "", "v", 5)) == 0
     assert _queued(everywhere) == [1, 2, 4]
     assert _queued(team_a) == _queued(team_a_again) == [1]
     assert _queued(team_b) == [2]
