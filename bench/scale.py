@@ -512,6 +512,7 @@ Target = _Ours | _Crds
 #: the watches that see it (kube-apiserver has none)
 DISPATCH_METRIC = "reports_watch_dispatch_seconds"
 
+
 def _watches(options: Options, namespaces: list[str]) -> list[tuple[str, str | None]]:
     """(path, the namespace it sees or None) of each watch: every namespace,
     one namespace, or one namespace with a label selector."""
