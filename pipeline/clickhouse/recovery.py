@@ -28,16 +28,17 @@ class CommitterQueries:
     async def watermark(self) -> int:
         return await self._progress.watermark()
 
-    async def live_keys(self) -> set[int]:
-        """The ``key_id`` of every object not deleted, read a block at a
+    async def live_keys(self) -> dict[int, None]:
+        """The ``key_id`` of every object not deleted (a dict's keys: the
+        garbage collector leaves a dict of numbers alone), read a block at a
         time: a million rows' tuples of strings, held at once, take 250 MB
         or more."""
-        def query(client: Client) -> set[int]:
-            live: set[int] = set()
+        def query(client: Client) -> dict[int, None]:
+            live: dict[int, None] = {}
             with client.query_row_block_stream(
                     "SELECT resource, namespace, name FROM reports FINAL") as blocks:
                 for block in blocks:
-                    live.update(key_id((r[0], r[1], r[2])) for r in block)
+                    live.update((key_id((r[0], r[1], r[2])), None) for r in block)
             return live
         return await self._connection.run(query)
 

@@ -41,8 +41,8 @@ class Store:
         rv = max((c.resource_version for c in self.latest.values()), default=0)
         return Progress(rv - 1, rv) if rv else None
 
-    async def live_keys(self) -> set[int]:
-        return {key_id(k) for k, c in self.latest.items() if not c.deleted}
+    async def live_keys(self) -> dict[int, None]:
+        return {key_id(k): None for k, c in self.latest.items() if not c.deleted}
 
     async def watermark(self) -> int:
         return max(c.resource_version for c in self.latest.values())

@@ -4,6 +4,7 @@ log shows."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any, cast
 
 import pytest
@@ -41,10 +42,13 @@ class Materialized:
         held = self._asked()
         return Progress(len(held) - 1, held[-1].resource_version) if held else None
 
-    async def live_keys(self) -> set[int]:
-        live: set[int] = set()
+    async def live_keys(self) -> dict[int, None]:
+        live: dict[int, None] = {}
         for c in self._asked():
-            (live.discard if c.type == "DELETED" else live.add)(key_id(identity(c.obj)))
+            if c.type == "DELETED":
+                live.pop(key_id(identity(c.obj)), None)
+            else:
+                live[key_id(identity(c.obj))] = None
         return live
 
     async def current(self, keys: Any) -> dict[Any, Any]:
@@ -131,3 +135,33 @@ def test_a_key_id_tells_apart_keys_whose_parts_split_differently() -> None:
                                ("r", "ns", "ab ")]}
     assert len(ids) == 4
     assert key_id(("r", "ns", "ab")) == key_id(("r", "ns", "a" + "b"))
+
+
+def walked(root: object, *, apart: object) -> int:
+    """How many references the garbage collector follows from ``root`` in a
+    full collection (not through ``apart``)."""
+    seen, todo, count = {id(apart)}, [root], 0
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or not gc.is_tracked(obj):
+            continue
+        seen.add(id(obj))
+        referents = gc.get_referents(obj)
+        count += len(referents)
+        todo.extend(referents)
+    return count
+
+
+async def test_the_live_keys_add_nothing_to_what_the_collector_walks() -> None:
+    # a million live keys held in a set made every full collection of the
+    # process (which stops it) walk a million numbers
+    walks = []
+    for live in (10, 2000):
+        store = Materialized(await changes(*(f"r{i}" for i in range(live))),
+                             materialized=live)
+        c = committer(store)
+        await c.recover()
+        await c.decide_batch([create("new")])
+        gc.collect()
+        walks.append(walked(c, apart=store))
+    assert walks[1] - walks[0] < 100, walks
