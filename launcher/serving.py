@@ -38,6 +38,15 @@ def serve(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
+def freeze_startup() -> None:
+    """The process has started: what it holds now (modules, classes,
+    functions, settings, clients) lives as long as it does, so full
+    collections stop walking it (``gc.freeze``). At a million reports a
+    full collection of ``up`` took 0.6-1.1 s, and everything waited."""
+    gc.collect()
+    gc.freeze()
+
+
 def dump_tasks() -> None:
     """SIGUSR1: log where each of the process's tasks waits (what a stuck
     part is waiting for, without stopping it)."""

@@ -46,6 +46,7 @@ from launcher.broker.jars import BrokerError
 from launcher.broker.singlenode import KafkaBroker
 from launcher.delegation.frontproxy import ClusterError, front_proxy_ca, keep_trusting
 from launcher.delegation.reviews import Reviews
+from launcher.serving import freeze_startup
 from pipeline.clickhouse.aggregates import AggregateWrites
 from pipeline.clickhouse.analytics import AnalyticsQueries
 from pipeline.clickhouse.changes import ChangeWrites
@@ -375,6 +376,7 @@ async def run(settings: Settings, options: ServeOptions) -> None:
             " (unset it and `up` uses the embedded chDB)" if whole else "")) from err
     except (BrokerError, AgentStartError) as err:
         raise StartupError(str(err)) from err
+    freeze_startup()
     try:
         waiter = asyncio.create_task(stop.wait(), name="stop-signal")
         if system.app is None:
