@@ -73,19 +73,34 @@ async def what_fleet(fleet: Fleet, cluster: str) -> tuple[Any, ...]:
 async def the_same(fleet: Fleet, clusters: dict[str, Any], *, history: bool = True,
                    timeout: float = 60) -> None:
     """Await every cluster's reports, current counts and (with ``history``)
-    results in the fleet as its own store holds them, once its aggregation
-    agent has counted every report (until then the fleet may match a count
-    on its way)."""
+    results in the fleet as its own store holds them, once its store holds
+    every report its API lists and its aggregation agent has counted them
+    all (until then the fleet may match a state on its way: under load the
+    store and the agent can lag the API alike and agree on a count)."""
     parts = 3 if history else 2
     async with asyncio.timeout(timeout):
         for name, running in clusters.items():
+            listed = await api_reports(running)
             while True:
                 held = (await what(running))[:parts]
                 [[counts, reports]] = await source_rows(running, COUNTED)
-                if held[1] and counts == reports \
+                if held[1] and counts == reports and stored(held[0]) == listed \
                         and held == (await what_fleet(fleet, name))[:parts]:
                     break
                 await asyncio.sleep(0.3)
+
+
+async def api_reports(running: Any) -> set[tuple[str, str, int]]:
+    """(namespace, name, failing) of every PolicyReport the cluster's API lists."""
+    r = await running.client.get(collection_path(POLR, None))
+    assert r.status_code == 200, r.text
+    return {(i["metadata"]["namespace"], i["metadata"]["name"], i["summary"]["fail"])
+            for i in r.json()["items"]}
+
+
+def stored(held: list[list[Any]]) -> set[tuple[str, str, int]]:
+    """The same of the current reports a store holds (REPORTS' rows)."""
+    return {(ns, name, fail) for _resource, ns, name, _rv, fail in held}
 
 
 async def traffic(running: Any, cluster: int, count: int) -> None:
