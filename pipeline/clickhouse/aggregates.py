@@ -8,6 +8,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from pipeline.clickhouse import rows as rows_format
 from pipeline.clickhouse.connection import Connection
 from pipeline.clickhouse.progress import ProgressReads
 from pipeline.clickhouse.reads import StoredObject
@@ -63,5 +64,5 @@ class AggregateWrites:
 
     async def _insert(self, table: str, rows: Sequence[Sequence[Any]],
                       columns: Sequence[str]) -> None:
-        await self._connection.run(
-            lambda client: client.insert(table, rows, column_names=columns))
+        await self._connection.run(lambda client: client.raw_insert(
+            table, columns, rows_format.encode_values(rows), fmt=rows_format.FORMAT))

@@ -70,7 +70,8 @@ class FleetStore:
                                           ("policy_totals_windows", POLICY_TOTAL_COLUMNS,
                                            batch.totals)):
                 if found:
-                    client.insert(table, found, column_names=columns)
+                    client.raw_insert(table, columns, rows.encode_values(found),
+                                      fmt=rows.FORMAT)
         inserts: list[Callable[[Client], object]] = [trends]
         if batch.reports:
             inserts.append(raw("fleet_reports", FLEET_REPORT_COLUMNS, batch.reports))

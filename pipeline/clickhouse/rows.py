@@ -122,6 +122,23 @@ def encode(rows: Iterable[Row]) -> bytes:
     return b"\n".join(map(orjson.dumps, rows))
 
 
+def encode_values(rows: Iterable[Sequence[Any]]) -> bytes:
+    """Rows as ``JSONCompactEachRow``, their datetimes as ``DateTime64(3)``
+    text (which a ``DateTime`` column reads too). For rows that would go
+    through clickhouse-connect's ``insert``: its insert context refers to
+    itself (a bound method of its own), so it and the rows it holds are
+    freed only by a full collection of the garbage collector, which walks
+    them until then (a second's trend rows, about 1,500 lists, every second)."""
+    return b"\n".join(orjson.dumps(row, default=_datetime_text,
+                                    option=orjson.OPT_PASSTHROUGH_DATETIME) for row in rows)
+
+
+def _datetime_text(value: Any) -> str:
+    if isinstance(value, datetime):
+        return stamp(value)
+    raise TypeError(f"{type(value).__name__} is not a ClickHouse row value")
+
+
 def change_rows(changes: Sequence[Change], committed: datetime | Sequence[datetime], *,
                 cluster: str, object_json: Sequence[bytes | None] | None = None
                 ) -> tuple[bytes, bytes]:
